@@ -1,0 +1,90 @@
+"""The API a stage uses to act on one host.
+
+A `Host` wraps a transport with the host's name and resolved variables. Stages never touch
+paramiko or Fabric: they call `run`, `read_file`, `write_file` and `probe` here.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from orchestrator.config.model import HostSpec
+from orchestrator.errors import CommandFailed
+from orchestrator.result import Result
+from orchestrator.transports.base import OutputCallback, Transport
+
+
+class Host:
+    """One host as seen by stages: name, spec, vars, and the transport to reach it."""
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        transport: Transport,
+        variables: Mapping[str, Any],
+        observer: Callable[[Result], None] | None = None,
+    ):
+        self.spec = spec
+        self.name = spec.name
+        self.transport = transport
+        self.vars = dict(variables)
+        self._observer = observer
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+        become: bool = False,
+        check: bool = False,
+        what: str | None = None,
+        hint: str | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Result:
+        """Run a shell command; with `check=True` a non-zero exit raises CommandFailed."""
+        result = self.transport.run(
+            command, timeout=timeout, env=env, cwd=cwd, stdin=stdin, become=become,
+            on_output=on_output,
+        )
+        if self._observer is not None:
+            self._observer(result)
+        if check and not result.ok:
+            raise CommandFailed(result, what=what, hint=hint)
+        return result
+
+    def run_argv(self, argv: list[str], **kwargs: Any) -> Result:
+        """Run a command given as an argument list; every element is shell-quoted."""
+        return self.run(shlex.join(argv), **kwargs)
+
+    def read_file(self, path: str) -> bytes | None:
+        """File bytes, or None when absent."""
+        return self.transport.read_file(path)
+
+    def read_text(self, path: str) -> str | None:
+        """File text (UTF-8), or None when absent."""
+        data = self.read_file(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def read_json(self, path: str) -> Any | None:
+        """Parsed JSON file, or None when absent."""
+        text = self.read_text(path)
+        return None if text is None else json.loads(text)
+
+    def write_file(self, path: str, data: bytes | str, mode: int | None = None) -> None:
+        """Write a file atomically (temp + fsync + rename)."""
+        if isinstance(data, str):
+            data = data.encode()
+        self.transport.write_file(path, data, mode)
+
+    def probe(self, name: str, **args: Any) -> Any:
+        """Run a named fact probe on the host and return its JSON value."""
+        return self.transport.probe(name, **args)
+
+    def __repr__(self) -> str:
+        return f"Host({self.name!r})"

@@ -1,0 +1,1 @@
+"""The simulated GPU host: hardware surface, SGLang stand-in, model hub and package index."""
