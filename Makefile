@@ -1,0 +1,34 @@
+# orchestrator - developer and operator entry points. `make help` lists them.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed-stamp
+PYTEST  ?= $(BIN)/pytest
+
+.PHONY: help venv test lint bench demo clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv and install orchestrator with its dev tools
+
+test: venv  ## run the test suite (soak tests excluded)
+	@$(PYTEST) -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+lint: venv  ## ruff
+	$(BIN)/ruff check orchestrator tests scripts
+
+bench: venv  ## benchmarks, reported as ratios measured in one run
+	$(BIN)/python scripts/bench_transport.py
+
+demo: venv  ## deploy the example playbook (see README)
+	$(BIN)/orchestrator deploy playbooks/examples/hello.yaml -i configs/inventory/local.yaml
+
+clean:  ## remove the venv, caches and run records
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,242 @@
+"""The `orchestrator` command line: argument parsing, rendering, exit codes.
+
+Exit codes: 0 everything ok; 1 a stage failed; 2 bad input (playbook, inventory, flags);
+3 a host could not be reached; 130 interrupted (Ctrl-C). Our own errors print one clear message;
+anything unexpected writes its traceback to a crash log and asks to report it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from orchestrator import __version__
+from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.redact import REDACTOR
+
+EXIT_CODES = """exit codes:
+  0    every stage ok or changed
+  1    a stage failed (other hosts still ran)
+  2    bad input: playbook, inventory, variables or flags (nothing was run)
+  3    a host could not be reached (others still ran)
+  130  interrupted with Ctrl-C (remote commands stopped, run record written)
+"""
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("playbook", help="playbook YAML file")
+    p.add_argument("-i", "--inventory", required=True, help="inventory YAML file")
+    p.add_argument("--limit", action="append", metavar="HOSTS",
+                   help="only these hosts/groups/patterns (comma separated, repeatable)")
+    p.add_argument("--only", action="append", metavar="STAGES",
+                   help="only these stage ids or tag:NAME (dependencies are not added)")
+    p.add_argument("--from", dest="from_", metavar="STAGE",
+                   help="start at this stage (and run everything after it)")
+    p.add_argument("--skip", action="append", metavar="STAGES", help="leave out these stages")
+    p.add_argument("--var", "-e", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a variable (highest precedence; value parsed as YAML)")
+    p.add_argument("--forks", type=int, default=16, help="hosts in parallel (default 16)")
+    p.add_argument("--per-host", type=int, default=4,
+                   help="independent stages run concurrently on one host (default 4)")
+    p.add_argument("--wait-for-host", default="10s", metavar="DURATION",
+                   help="how long to wait for a host's SSH at the start, e.g. 5m (default 10s)")
+    p.add_argument("--run-dir", default=os.environ.get("ORCHESTRATOR_RUN_DIR", "runs"),
+                   help="where run records go (default ./runs, or $ORCHESTRATOR_RUN_DIR)")
+    p.add_argument("--json", action="store_true",
+                   help="print the run summary as JSON on stdout instead of the table")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="orchestrator",
+        description="Deploy an SGLang LLM server to GPU hosts over SSH, and keep it there.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    deploy = sub.add_parser(
+        "deploy", help="run a playbook on the inventory's hosts",
+        description="Run PLAYBOOK on the hosts of INVENTORY. Each stage checks the host first and "
+        "changes only what is missing, so running it again is safe.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_selection(deploy)
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="run only the checks and print what WOULD change; change nothing")
+    deploy.set_defaults(func=cmd_deploy)
+
+    plan = sub.add_parser(
+        "plan", help="dry run: show what a deploy would change",
+        description="Same as `deploy --dry-run`: connects, runs every check, changes nothing.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_selection(plan)
+    plan.set_defaults(func=cmd_deploy, dry_run=True)
+
+    validate = sub.add_parser(
+        "validate", help="check a playbook (and inventory) without connecting anywhere",
+        description="Load and validate; report every problem with file:line:column. Exit 2 if any.",
+    )
+    validate.add_argument("playbook")
+    validate.add_argument("-i", "--inventory", help="inventory YAML file")
+    validate.add_argument("--var", "-e", action="append", default=[], metavar="KEY=VALUE")
+    validate.set_defaults(func=cmd_validate)
+
+    schema = sub.add_parser(
+        "schema", help="print the JSON Schema of the playbook or inventory format",
+        description="Print a JSON Schema (draft 2020-12) for editors, e.g. the YAML language "
+        "server: `orchestrator schema > playbook.schema.json`.",
+    )
+    schema.add_argument("--kind", choices=["playbook", "inventory"], default="playbook")
+    schema.set_defaults(func=cmd_schema)
+
+    try:
+        from orchestrator.sim.cli import add_subcommands
+    except ImportError:  # the simulator is optional at run time
+        pass
+    else:
+        add_subcommands(sub)
+    return parser
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+def _load(playbook: str, inventory: str | None, var: list[str]) -> tuple[Any, Any, dict]:
+    from orchestrator.config import load_all, load_playbook, parse_cli_vars
+
+    cli_vars = parse_cli_vars(var)
+    if inventory is None:
+        return load_playbook(playbook), None, cli_vars
+    pb, inv = load_all(playbook, inventory, cli_vars)
+    return pb, inv, cli_vars
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    pb, inv, _ = _load(args.playbook, args.inventory, args.var)
+    hosts = f", {len(inv.hosts)} host(s)" if inv is not None else ""
+    print(f"ok: {args.playbook}: {len(pb.stages)} stage(s){hosts}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from orchestrator.config.schema import json_schema
+
+    print(json.dumps(json_schema(args.kind), indent=2))
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import ConsoleView, summary_table
+    from orchestrator.cli.logsetup import configure
+    from orchestrator.config.model import parse_duration
+    from orchestrator.events import EventBus, JsonlWriter, RunRecord, new_run_id
+    from orchestrator.plan import Selection, build_plan
+    from orchestrator.runner import Runner, RunOptions
+
+    try:
+        wait_for_host = parse_duration(args.wait_for_host)
+    except ValueError as exc:
+        raise ConfigError(f"--wait-for-host: {exc}") from None
+    REDACTOR.add_env(os.environ)
+    pb, inv, cli_vars = _load(args.playbook, args.inventory, args.var)
+    sel = Selection.from_args(args.limit, args.only, args.from_, args.skip)
+    plan = build_plan(pb, inv, sel)
+
+    run_id = new_run_id()
+    run_dir = Path(args.run_dir) / run_id
+    bus = EventBus(run_id)
+    writer = JsonlWriter(run_dir / "events.jsonl")
+    record = RunRecord(run_id, str(args.playbook), str(args.inventory), dry_run=args.dry_run)
+    bus.subscribe(writer)
+    bus.subscribe(record)
+    view = None
+    if not args.json:
+        view = ConsoleView()
+        bus.subscribe(view)
+    configure(bus, verbose=args.verbose)
+    options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
+                         wait_for_host=wait_for_host)
+    exit_code = 130
+    try:
+        runner = Runner(plan, bus, cli_vars=cli_vars, options=options)
+        if view is not None:
+            mode = "dry run (nothing will be changed)" if args.dry_run else "deploy"
+            view.console.print(f"{mode}: {pb.name} on {len(plan.hosts)} host(s), "
+                               f"{plan.node_count} stage run(s); run {run_id}")
+        outcome = runner.run()
+        exit_code = outcome.exit_code
+    finally:
+        if view is not None:
+            view.close()
+        record.finish(exit_code)
+        record.write(run_dir / "summary.json")
+        writer.close()
+        configure(None)
+        _link_latest(Path(args.run_dir), run_id)
+    if args.json:
+        print(json.dumps(REDACTOR.redact(record.data), indent=2, default=str))
+    else:
+        assert view is not None
+        view.console.print(summary_table(record.data))
+        counts: dict[str, int] = {}
+        for h in record.data["hosts"].values():
+            for st in h["stages"].values():
+                counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
+        totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        view.console.print(f"{totals}; exit code {exit_code}; "
+                           f"{record.data.get('duration_s', 0):.1f}s")
+        view.console.print(f"run record: {run_dir}/summary.json, {run_dir}/events.jsonl")
+    return exit_code
+
+
+def _link_latest(base: Path, run_id: str) -> None:
+    link = base / "latest"
+    try:
+        tmp = base / f".latest-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_id)
+        os.replace(tmp, link)
+    except OSError:
+        pass
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the command, map errors to exit codes."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except OrchestratorError as exc:
+        print(f"error: {REDACTOR.redact(exc.render())}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception:  # noqa: BLE001 - the one place that turns a bug into a report
+        crash = Path(tempfile.gettempdir()) / f"orchestrator-crash-{int(time.time())}.log"
+        crash.write_text(REDACTOR.redact(traceback.format_exc()))
+        print(f"internal error: {REDACTOR.redact(str(sys.exc_info()[1]))}\n"
+              f"  This is a bug in orchestrator; please report it with {crash}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,506 @@
+"""Walk a plan: hosts in a bounded pool, each host's independent stages concurrently, with retries.
+
+For each (host, stage) node the runner:
+  1. renders the stage for that host (all nodes are rendered BEFORE any host is touched, so a
+     template error is exit 2 with nothing changed),
+  2. skips it when `when:` is false or a stage it needs failed,
+  3. runs `check` (the spec's `check:` command, then the kind's own check): converged -> "ok";
+     under --dry-run a needed change is reported as "would-change" and nothing is applied,
+  4. otherwise `apply` then `verify` -> "changed", re-running the whole node per `retry:`.
+
+It knows stages only through their interface (orchestrator.stages.base) and hosts only through
+`orchestrator.host.Host`. It publishes events on the bus; views and records subscribe.
+Each worker thread owns the transport it uses: a host has a small pool of connections, one per
+concurrently running stage, opened lazily.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from graphlib import TopologicalSorter
+from typing import Any
+
+import structlog
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from orchestrator.config.model import HostSpec, RetrySpec, StageSpec
+from orchestrator.config.templating import evaluate_condition, render_shell, render_value
+from orchestrator.config.variables import host_variables, secret_values
+from orchestrator.errors import (
+    CommandFailed,
+    ConfigError,
+    ConfigProblem,
+    ConnectError,
+    ConnectionLost,
+    OrchestratorError,
+    TransientConnectError,
+)
+from orchestrator.events import EventBus
+from orchestrator.host import Host
+from orchestrator.plan import Plan
+from orchestrator.redact import REDACTOR, Redactor
+from orchestrator.result import Result
+from orchestrator.stages.base import Converged, Stage, StageContext, stage_kinds
+from orchestrator.transports import make_transport
+from orchestrator.transports.base import Transport
+
+log = structlog.get_logger("orchestrator.runner")
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+TransportFactory = Callable[..., Transport]
+
+
+@dataclass
+class RunOptions:
+    """Knobs of one run (the deploy command's flags)."""
+
+    forks: int = 16
+    per_host: int = 4
+    dry_run: bool = False
+    wait_for_host: float = 10.0
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass
+class PreparedStage:
+    """One (host, stage) node rendered for its host."""
+
+    stage: Stage | None
+    spec: StageSpec
+    check_cmd: str | None = None
+    skip_reason: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What a run did: per host, per stage status; and the exit code it maps to."""
+
+    statuses: dict[str, dict[str, str]] = field(default_factory=dict)
+    unreachable: set[str] = field(default_factory=set)
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted > 3 a host unreachable > 1 a stage failed > 0."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        if self.unreachable:
+            return EXIT_UNREACHABLE
+        if any(s == "failed" for st in self.statuses.values() for s in st.values()):
+            return EXIT_FAILED
+        return EXIT_OK
+
+
+def _problem(spec: StageSpec, message: str) -> ConfigProblem:
+    return ConfigProblem(spec.location, f"stage {spec.id!r}: {message}")
+
+
+def prepare(
+    plan: Plan, cli_vars: dict[str, Any], redactor: Redactor = REDACTOR
+) -> dict[str, dict[str, PreparedStage]]:
+    """Render every (host, stage) node; collect all template/param errors into one ConfigError."""
+    kinds = stage_kinds()
+    problems: list[ConfigProblem] = []
+    out: dict[str, dict[str, PreparedStage]] = {}
+    for host in plan.hosts:
+        try:
+            variables = host_variables(plan.playbook, plan.inventory, host, cli_vars)
+        except ConfigError as exc:
+            problems += exc.problems
+            continue
+        redactor.add(*secret_values(plan.playbook, plan.inventory, variables))
+        out[host] = {}
+        for sid in plan.host_stages[host]:
+            spec = plan.stages[sid]
+            try:
+                out[host][sid] = _prepare_one(spec, variables, kinds)
+            except ConfigError as exc:
+                problems += exc.problems
+    if problems:
+        unique = list(dict.fromkeys(problems))
+        raise ConfigError(unique)
+    return out
+
+
+def _prepare_one(
+    spec: StageSpec, variables: dict[str, Any], kinds: dict[str, type[Stage]]
+) -> PreparedStage:
+    loc = spec.location
+    if spec.when is not None and not evaluate_condition(spec.when, variables, loc):
+        return PreparedStage(None, spec, skip_reason=f"when: {spec.when} is false")
+    kind = kinds.get(spec.kind)
+    if kind is None:
+        raise ConfigError([_problem(spec, f"unknown stage kind {spec.kind!r}")])
+    env = {k: str(v) for k, v in render_value(spec.env, variables, loc).items()}
+    check_cmd = render_shell(spec.check, variables, loc) if spec.check else None
+    if spec.run is not None:
+        raw: dict[str, Any] = {
+            "command": render_shell(spec.run, variables, loc),
+            "check": check_cmd,
+            "env": env,
+            "become": spec.become,
+        }
+        check_cmd = None  # the shell kind runs it itself
+    else:
+        raw = render_value(spec.with_, variables, loc)
+    try:
+        params: BaseModel = kind.Params.model_validate(raw)
+    except ValidationError as exc:
+        msgs = [
+            f"with.{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors()
+        ]
+        raise ConfigError([_problem(spec, m) for m in msgs]) from None
+    return PreparedStage(kind(params), spec=spec, check_cmd=check_cmd, env=env)
+
+
+class _ConnectionPool:
+    """The connections to one host; each is used by one thread at a time."""
+
+    def __init__(self, spec: HostSpec, factory: TransportFactory, on_wait: Callable[..., None]):
+        self.spec = spec
+        self.factory = factory
+        self.on_wait = on_wait
+        self._free: list[Transport] = []
+        self._all: list[Transport] = []
+        self._lock = threading.Lock()
+
+    def acquire(self, budget: float) -> Transport:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        t = self.factory(self.spec, on_wait=self.on_wait)
+        t.connect(budget=budget)
+        with self._lock:
+            self._all.append(t)
+        return t
+
+    def release(self, t: Transport) -> None:
+        with self._lock:
+            self._free.append(t)
+
+    def kill_all(self) -> None:
+        with self._lock:
+            transports = list(self._all)
+        for t in transports:
+            try:
+                t.kill_all()
+            except Exception:  # noqa: BLE001 - best effort on Ctrl-C
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            transports, self._all, self._free = list(self._all), [], []
+        for t in transports:
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _retry_policy(spec: RetrySpec | None, sleep: Callable[[float], None], bus: EventBus,
+                  host: str, sid: str) -> Retrying:
+    if spec is None:
+        return Retrying(stop=stop_after_attempt(1), reraise=True, sleep=sleep)
+    codes = {c for c in spec.on if isinstance(c, int)}
+    on_connection = "connection" in spec.on
+
+    def retryable(exc: BaseException) -> bool:
+        if isinstance(exc, TransientConnectError):
+            return on_connection
+        if isinstance(exc, CommandFailed):
+            return exc.result.exit_code in codes
+        return False
+
+    def before_sleep(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        bus.publish(
+            "stage.retry", host=host, stage=sid, attempt=state.attempt_number,
+            sleep_s=round(state.upcoming_sleep, 2), error=str(exc).splitlines()[0] if exc else None,
+        )
+
+    return Retrying(
+        stop=stop_after_attempt(spec.attempts),
+        wait=wait_exponential(multiplier=spec.delay, exp_base=spec.backoff, max=spec.max_delay),
+        retry=retry_if_exception(retryable),
+        reraise=True,
+        before_sleep=before_sleep,
+        sleep=sleep,
+    )
+
+
+def _tail(text: str, n: int = 20) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-n:])
+
+
+class Runner:
+    """Runs a prepared plan over its hosts and publishes what happens."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        bus: EventBus,
+        *,
+        cli_vars: dict[str, Any] | None = None,
+        options: RunOptions | None = None,
+        transport_factory: TransportFactory = make_transport,
+        redactor: Redactor = REDACTOR,
+    ) -> None:
+        self.plan = plan
+        self.bus = bus
+        self.cli_vars = cli_vars or {}
+        self.options = options or RunOptions()
+        self.factory = transport_factory
+        self.redactor = redactor
+        self.outcome = Outcome()
+        self._cancel = threading.Event()
+        self._pools: dict[str, _ConnectionPool] = {}
+        self._lock = threading.Lock()
+        self.prepared = prepare(plan, self.cli_vars, redactor)
+
+    # -- public -------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        """Run every host; returns the outcome. Ctrl-C in the calling thread cancels cleanly."""
+        opts = self.options
+        self.bus.publish(
+            "run.start", hosts=self.plan.hosts, stages=list(self.plan.stages),
+            nodes=self.plan.node_count, dry_run=opts.dry_run, forks=opts.forks,
+        )
+        t0 = time.monotonic()
+        pool = ThreadPoolExecutor(max_workers=max(1, opts.forks), thread_name_prefix="host")
+        futures = [pool.submit(self._run_host, h) for h in self.plan.hosts]
+        try:
+            while True:
+                done, pending = wait(futures, timeout=0.2)
+                if not pending:
+                    break
+        except KeyboardInterrupt:
+            self.cancel()
+            wait(futures, timeout=30)
+        finally:
+            pool.shutdown(wait=not self._cancel.is_set(), cancel_futures=True)
+            for p in list(self._pools.values()):
+                p.close()
+        for f in futures:
+            exc = f.exception() if f.done() else None
+            if exc is not None:  # a bug in the runner itself: keep the other hosts' results
+                log.error("runner.host_crashed", error=repr(exc))
+        self.bus.publish(
+            "run.end", exit_code=self.outcome.exit_code,
+            duration_s=round(time.monotonic() - t0, 3),
+        )
+        return self.outcome
+
+    def cancel(self) -> None:
+        """Stop every remote command this run started (Ctrl-C)."""
+        if self._cancel.is_set():
+            return
+        self._cancel.set()
+        self.outcome.interrupted = True
+        self.bus.publish("run.interrupted")
+        for p in list(self._pools.values()):
+            p.kill_all()
+
+    # -- per host -----------------------------------------------------------------------------
+
+    def _set_status(self, host: str, sid: str, status: str) -> None:
+        with self._lock:
+            self.outcome.statuses.setdefault(host, {})[sid] = status
+
+    def _run_host(self, host: str) -> None:
+        structlog.contextvars.bind_contextvars(host=host, run_id=self.bus.run_id)
+        spec = self.plan.inventory.hosts[host]
+        t0 = time.monotonic()
+        stages = self.prepared[host]
+
+        def on_wait(attempt: int, elapsed: float, error: BaseException | str) -> None:
+            self.bus.publish(
+                "host.waiting", host=host, attempt=attempt, elapsed_s=round(elapsed, 1),
+                error=str(error).splitlines()[0] if error else None,
+            )
+
+        pool = _ConnectionPool(spec, self.factory, on_wait)
+        self._pools[host] = pool
+        self.bus.publish("host.start", host=host, stages=list(stages))
+        try:
+            first = pool.acquire(self.options.wait_for_host)
+            pool.release(first)
+        except ConnectError as exc:
+            self._host_unreachable(host, stages, exc)
+            return
+        except OrchestratorError as exc:
+            self._host_unreachable(host, stages, exc)
+            return
+        self.bus.publish("host.connected", host=host, duration_s=round(time.monotonic() - t0, 3))
+
+        sorter = TopologicalSorter(self.plan.graph(host))
+        sorter.prepare()
+        blocked: dict[str, str] = {}
+        unreachable: list[BaseException] = []
+        running: dict[Future[str], str] = {}
+        with ThreadPoolExecutor(max_workers=max(1, self.options.per_host),
+                                thread_name_prefix=f"{host}") as ex:
+            while sorter.is_active():
+                for sid in sorter.get_ready():
+                    reason = self._blocked_reason(host, sid, blocked, unreachable)
+                    if reason:
+                        blocked[sid] = reason
+                        self._end_stage(host, sid, "skipped", 0.0, reason=reason)
+                        sorter.done(sid)
+                        continue
+                    fut = ex.submit(self._run_stage, host, stages[sid], pool, unreachable)
+                    running[fut] = sid
+                if not running:
+                    continue
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    sid = running.pop(fut)
+                    status = fut.result()
+                    if status in ("failed", "interrupted"):
+                        blocked[sid] = f"{sid} {status}"
+                    sorter.done(sid)
+        if unreachable:
+            with self._lock:
+                self.outcome.unreachable.add(host)
+            self.bus.publish("host.unreachable", host=host, error=str(unreachable[0]))
+        statuses = self.outcome.statuses.get(host, {})
+        overall = "failed" if any(s in ("failed", "interrupted") for s in statuses.values()) \
+            else ("unreachable" if unreachable else "ok")
+        self.bus.publish("host.end", host=host, status=overall,
+                         duration_s=round(time.monotonic() - t0, 3))
+
+    def _blocked_reason(self, host: str, sid: str, blocked: dict[str, str],
+                        unreachable: list[BaseException]) -> str | None:
+        if self._cancel.is_set():
+            return "interrupted before it started"
+        if unreachable:
+            return "host unreachable"
+        spec = self.plan.stages[sid]
+        for dep in spec.needs:
+            if dep in blocked:
+                return f"needs {dep}, which did not complete ({blocked[dep]})"
+        return None
+
+    def _host_unreachable(self, host: str, stages: dict[str, PreparedStage],
+                          exc: BaseException) -> None:
+        with self._lock:
+            self.outcome.unreachable.add(host)
+        msg = exc.render() if isinstance(exc, OrchestratorError) else str(exc)
+        self.bus.publish("host.unreachable", host=host, error=msg)
+        for sid in stages:
+            self._end_stage(host, sid, "skipped", 0.0, reason="host unreachable")
+        self.bus.publish("host.end", host=host, status="unreachable")
+
+    def _end_stage(self, host: str, sid: str, status: str, duration: float, **fields: Any) -> str:
+        self._set_status(host, sid, status)
+        self.bus.publish("stage.end", host=host, stage=sid, status=status,
+                         duration_s=round(duration, 3), **fields)
+        return status
+
+    # -- per stage ----------------------------------------------------------------------------
+
+    def _run_stage(self, host: str, prep: PreparedStage, pool: _ConnectionPool,
+                   unreachable: list[BaseException]) -> str:
+        sid = prep.spec.id
+        structlog.contextvars.bind_contextvars(host=host, stage=sid, run_id=self.bus.run_id)
+        t0 = time.monotonic()
+        if prep.skip_reason or prep.stage is None:
+            return self._end_stage(host, sid, "skipped", 0.0, reason=prep.skip_reason)
+        self.bus.publish("stage.start", host=host, stage=sid, kind=prep.spec.kind)
+        spec = prep.spec
+        attempts = 0
+        facts: dict[str, Any] = {}
+        timings: dict[str, float] = {}
+        transport: Transport | None = None
+        try:
+            transport = pool.acquire(pool.spec.connect_budget)
+            for attempt in _retry_policy(spec.retry, self.options.sleep, self.bus, host, sid):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    structlog.contextvars.bind_contextvars(attempt=attempts)
+                    status, reason = self._attempt(host, prep, transport, attempts, facts, timings)
+            return self._end_stage(host, sid, status, time.monotonic() - t0, reason=reason,
+                                   attempts=attempts, facts=facts or None, **timings)
+        except TransientConnectError as exc:
+            if self._cancel.is_set():
+                return self._end_stage(host, sid, "interrupted", time.monotonic() - t0)
+            if not isinstance(exc, ConnectionLost):
+                unreachable.append(exc)
+            return self._end_stage(host, sid, "failed", time.monotonic() - t0,
+                                   error=exc.render(), attempts=attempts, **timings)
+        except OrchestratorError as exc:
+            if self._cancel.is_set():
+                return self._end_stage(host, sid, "interrupted", time.monotonic() - t0)
+            return self._end_stage(host, sid, "failed", time.monotonic() - t0,
+                                   error=exc.render(), attempts=attempts, facts=facts or None,
+                                   **timings)
+        except Exception as exc:  # noqa: BLE001 - a stage bug must not take the run down
+            if self._cancel.is_set():
+                return self._end_stage(host, sid, "interrupted", time.monotonic() - t0)
+            log.error("stage.crashed", traceback=traceback.format_exc())
+            return self._end_stage(
+                host, sid, "failed", time.monotonic() - t0, attempts=attempts,
+                error=f"internal error in stage kind {spec.kind!r}: {exc!r} "
+                      "(please report it, with the traceback in events.jsonl)",
+            )
+        finally:
+            if transport is not None:
+                pool.release(transport)
+
+    def _attempt(self, host: str, prep: PreparedStage, transport: Transport, attempt: int,
+                 facts: dict[str, Any], timings: dict[str, float]) -> tuple[str, str]:
+        spec, stage = prep.spec, prep.stage
+        assert stage is not None
+        sid = spec.id
+
+        def observe(result: Result) -> None:
+            self.bus.publish(
+                "command", host=host, stage=sid, attempt=attempt, command=result.command,
+                exit_code=result.exit_code, duration_s=round(result.duration, 3),
+                timed_out=result.timed_out or None,
+                stdout_tail=_tail(result.stdout) or None, stderr_tail=_tail(result.stderr) or None,
+            )
+
+        def progress(message: str) -> None:
+            if message:
+                self.bus.publish("stage.progress", host=host, stage=sid, message=message[:300])
+
+        variables = dict(self.plan.inventory.hosts[host].vars)
+        h = Host(self.plan.inventory.hosts[host], transport, variables, observer=observe)
+        ctx = StageContext(
+            spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),
+            dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
+            secrets=self.redactor.values, env=prep.env,
+        )
+        t = time.monotonic()
+        if prep.check_cmd is not None:
+            r = h.run(prep.check_cmd, timeout=spec.timeout, become=spec.become, env=prep.env)
+            if r.ok:
+                timings["check_s"] = round(time.monotonic() - t, 3)
+                return "ok", "check passed"
+        verdict = stage.check(h, ctx)
+        timings["check_s"] = round(time.monotonic() - t, 3)
+        if isinstance(verdict, Converged):
+            return "ok", verdict.reason
+        if self.options.dry_run:
+            return "would-change", verdict.reason
+        self.bus.publish("stage.apply", host=host, stage=sid, attempt=attempt,
+                         reason=verdict.reason)
+        stage.apply(h, ctx)
+        stage.verify(h, ctx)
+        return "changed", verdict.reason

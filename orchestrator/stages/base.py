@@ -1,0 +1,101 @@
+"""The stage-kind interface and its registry.
+
+A stage kind is a class registered under its YAML name via `__init_subclass__(kind=...)`, with a
+pydantic `Params` model validated at load time. The runner calls, per host:
+
+    check(host, ctx) -> Converged | Needed      # read-only, also used by --dry-run
+    apply(host, ctx)                             # only when Needed
+    verify(host, ctx)                            # after apply; raise StageError if not converged
+
+A stage never touches paramiko or Fabric; it talks to the host through `orchestrator.host.Host`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.config.model import StageSpec
+from orchestrator.host import Host
+
+
+@dataclass(frozen=True)
+class Converged:
+    """The host already has what the stage wants."""
+
+    reason: str = "already converged"
+
+
+@dataclass(frozen=True)
+class Needed:
+    """The stage must apply; `reason` says what is missing (shown by --dry-run)."""
+
+    reason: str
+
+
+CheckResult = Converged | Needed
+
+
+class Params(BaseModel):
+    """Base of every stage kind's parameter schema: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class StageContext:
+    """What a stage may use besides the host: its spec, logger, facts sink and progress hook."""
+
+    spec: StageSpec
+    run_id: str
+    log: Any
+    dry_run: bool = False
+    timeout: float | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    progress: Callable[[str], None] = lambda message: None
+    secrets: frozenset[str] = frozenset()
+    env: dict[str, str] = field(default_factory=dict)
+
+    def record(self, key: str, value: Any) -> None:
+        """Put a fact into the run record for this (host, stage)."""
+        self.facts[key] = value
+
+
+class Stage:
+    """Base class of stage kinds. Subclass with `class X(Stage, kind="name")`."""
+
+    registry: ClassVar[dict[str, type[Stage]]] = {}
+    kind: ClassVar[str] = ""
+    Params: ClassVar[type[BaseModel]] = Params
+
+    def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind:
+            if kind in Stage.registry and Stage.registry[kind] is not cls:
+                raise TypeError(f"stage kind {kind!r} registered twice")
+            cls.kind = kind
+            Stage.registry[kind] = cls
+
+    def __init__(self, params: BaseModel) -> None:
+        self.params = params
+
+    def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        """Look at the host (read-only) and say whether apply is needed."""
+        return Needed("no check defined")
+
+    def apply(self, host: Host, ctx: StageContext) -> None:
+        """Make the change."""
+        raise NotImplementedError
+
+    def verify(self, host: Host, ctx: StageContext) -> None:
+        """After apply: raise StageError unless the host is now converged."""
+
+
+def stage_kinds() -> dict[str, type[Stage]]:
+    """All registered stage kinds (imports the built-in ones first)."""
+    import orchestrator.stages  # noqa: F401  (registers built-in kinds)
+
+    return dict(Stage.registry)
