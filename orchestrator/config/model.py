@@ -187,12 +187,22 @@ class HostSpec(_Strict):
     def _dur(cls, v: Any) -> float:
         return parse_duration(v)
 
+    @field_validator("groups", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
 
 class GroupSpec(_Strict):
     """A named set of hosts with shared variables."""
 
     hosts: list[str] = Field(default_factory=list)
     vars: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
 
 
 class Inventory(_Strict):

@@ -1,0 +1,75 @@
+"""Configuration: playbooks and inventories (YAML -> validated models), variables, templating.
+
+    load_playbook(path) -> Playbook            load_inventory(path) -> Inventory
+    load_all(playbook_path, inventory_path, cli_vars) -> (Playbook, Inventory)
+    validate_params(stage, rendered_with) -> the kind's Params (errors located)
+    host_variables(playbook, inventory, host_name, cli_vars) -> dict
+    parse_cli_vars(["k=v", ...]) -> dict       secret_values(playbook, inventory, variables)
+    render_value / render_shell / evaluate_condition / undeclared   (Jinja2, sandboxed, strict)
+    json_schema("playbook" | "inventory") -> dict
+
+Every problem is a `ConfigError` whose `ConfigProblem`s name file:line:column.
+"""
+
+from orchestrator.config.loader import load_all, load_inventory, load_playbook, validate_params
+from orchestrator.config.model import (
+    GroupSpec,
+    HostSpec,
+    HypervisorSpec,
+    Inventory,
+    Playbook,
+    RetrySpec,
+    StageSpec,
+    parse_duration,
+)
+from orchestrator.config.schema import json_schema
+from orchestrator.config.templating import (
+    Raw,
+    evaluate_condition,
+    is_template,
+    render_shell,
+    render_string,
+    render_value,
+    undeclared,
+)
+from orchestrator.config.variables import (
+    BUILTINS,
+    builtin_variables,
+    group_names,
+    host_variables,
+    parse_cli_vars,
+    secret_values,
+)
+from orchestrator.config.yamlsrc import YamlDoc, load_yaml, load_yaml_text
+
+__all__ = [
+    "BUILTINS",
+    "GroupSpec",
+    "HostSpec",
+    "HypervisorSpec",
+    "Inventory",
+    "Playbook",
+    "Raw",
+    "RetrySpec",
+    "StageSpec",
+    "YamlDoc",
+    "builtin_variables",
+    "evaluate_condition",
+    "group_names",
+    "host_variables",
+    "is_template",
+    "json_schema",
+    "load_all",
+    "load_inventory",
+    "load_playbook",
+    "load_yaml",
+    "load_yaml_text",
+    "parse_cli_vars",
+    "parse_duration",
+    "render_shell",
+    "render_string",
+    "render_value",
+    "secret_values",
+    "undeclared",
+    "validate_params",
+]
