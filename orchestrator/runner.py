@@ -26,7 +26,6 @@ from graphlib import TopologicalSorter
 from typing import Any
 
 import structlog
-from pydantic import BaseModel, ValidationError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -35,6 +34,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from orchestrator.config.loader import validate_params
 from orchestrator.config.model import HostSpec, RetrySpec, StageSpec
 from orchestrator.config.templating import evaluate_condition, render_shell, render_value
 from orchestrator.config.variables import host_variables, secret_values
@@ -139,32 +139,24 @@ def prepare(
 def _prepare_one(
     spec: StageSpec, variables: dict[str, Any], kinds: dict[str, type[Stage]]
 ) -> PreparedStage:
-    loc = spec.location
-    if spec.when is not None and not evaluate_condition(spec.when, variables, loc):
+    at = spec.location_of
+    if spec.when is not None and not evaluate_condition(spec.when, variables, at("when")):
         return PreparedStage(None, spec, skip_reason=f"when: {spec.when} is false")
     kind = kinds.get(spec.kind)
     if kind is None:
         raise ConfigError([_problem(spec, f"unknown stage kind {spec.kind!r}")])
-    env = {k: str(v) for k, v in render_value(spec.env, variables, loc).items()}
-    check_cmd = render_shell(spec.check, variables, loc) if spec.check else None
+    env = {k: str(v) for k, v in render_value(spec.env, variables, at("env")).items()}
+    check_cmd = render_shell(spec.check, variables, at("check")) if spec.check else None
     if spec.run is not None:
-        raw: dict[str, Any] = {
-            "command": render_shell(spec.run, variables, loc),
+        params = kind.Params.model_validate({
+            "command": render_shell(spec.run, variables, at("run")),
             "check": check_cmd,
             "env": env,
             "become": spec.become,
-        }
+        })
         check_cmd = None  # the shell kind runs it itself
     else:
-        raw = render_value(spec.with_, variables, loc)
-    try:
-        params: BaseModel = kind.Params.model_validate(raw)
-    except ValidationError as exc:
-        msgs = [
-            f"with.{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
-            for e in exc.errors()
-        ]
-        raise ConfigError([_problem(spec, m) for m in msgs]) from None
+        params = validate_params(spec, render_value(spec.with_, variables, at("with")))
     return PreparedStage(kind(params), spec=spec, check_cmd=check_cmd, env=env)
 
 

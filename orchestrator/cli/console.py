@@ -45,7 +45,7 @@ class ConsoleView:
     def __init__(self, stream: TextIO | None = None, live: bool | None = None,
                  progress_every: float = 10.0) -> None:
         self.stream = stream or sys.stderr
-        self.console = Console(file=self.stream, highlight=False, soft_wrap=False)
+        self.console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self.live_mode = self.console.is_terminal if live is None else live
         self.hosts: dict[str, _HostLine] = {}
         self.progress_every = progress_every
@@ -100,7 +100,8 @@ class ConsoleView:
             status = e["status"]
             line.counts[status] = line.counts.get(status, 0) + 1
             detail = e.get("reason") or ""
-            text = f"[{host}] {e['stage']:<24} {status:<12} {e.get('duration_s', 0):7.2f}s  {detail}"
+            took = e.get("duration_s", 0)
+            text = f"[{host}] {e['stage']:<24} {status:<12} {took:7.2f}s  {detail}"
             self._print(text.rstrip(), style=STYLE.get(status))
             if e.get("error"):
                 self._print(_indent(str(e["error"])), style="red")
@@ -152,7 +153,7 @@ def summary_table(record: dict[str, Any]) -> Table:
         for s in h["stages"]:
             if s not in stages:
                 stages.append(s)
-    table = Table(title=f"run {record['run_id']}", show_lines=False)
+    table = Table(show_lines=False)
     table.add_column("stage")
     for host in record["hosts"]:
         table.add_column(host)

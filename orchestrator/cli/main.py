@@ -187,16 +187,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(REDACTOR.redact(record.data), indent=2, default=str))
     else:
-        assert view is not None
-        view.console.print(summary_table(record.data))
+        from rich.console import Console
+
+        out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        out.print(summary_table(record.data))
         counts: dict[str, int] = {}
         for h in record.data["hosts"].values():
             for st in h["stages"].values():
                 counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
         totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        view.console.print(f"{totals}; exit code {exit_code}; "
-                           f"{record.data.get('duration_s', 0):.1f}s")
-        view.console.print(f"run record: {run_dir}/summary.json, {run_dir}/events.jsonl")
+        out.print(f"run {run_id}: {totals}; exit code {exit_code}; "
+                  f"{record.data.get('duration_s', 0):.1f}s")
+        out.print(f"run record: {run_dir}/summary.json")
+        out.print(f"events:     {run_dir}/events.jsonl")
     return exit_code
 
 
