@@ -1,0 +1,3 @@
+"""Version of this compressed-tensors stand-in (the wheel builder overwrites this file)."""
+
+__version__ = "0.0.0"

@@ -1,0 +1,259 @@
+"""The stand-in's scheduler: continuous batching driven by a speed model instead of a GPU.
+
+Speed model (simulated seconds; real sleeps are multiplied by the hardware's time scale):
+- a plain decode step for a batch of B requests takes 38 ms + 0.05 ms * B (+ a quadratic term
+  beyond 32), i.e. 26.3 tok/s for one request and ~808 tok/s aggregate at 32 concurrent;
+- with speculation every step emits `accept_length` tokens per request on average and the
+  single-request speedup (1.65x for a matched EAGLE-3 drafter) shrinks with the batch size,
+  reaching 1.0x at 128 concurrent requests;
+- prefill runs at ~7478 tok/s on a multi-GPU host only when NCCL is tuned for the PCIe box
+  (NCCL_P2P_LEVEL=SYS and an existing NCCL_GRAPH_FILE), otherwise at ~876 tok/s.
+
+Time is kept on a virtual clock (sum of modelled step times), so throughput figures in logs,
+/server_info and /metrics follow the model even when the real sleeps are tiny.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import queue
+import threading
+import time
+import uuid
+
+from sglang.srt.utils import log
+
+_WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven silver ships sail north across "
+    "calm water under bright morning light and every sailor sings an old song about home"
+).split()
+
+
+def base_step_seconds(batch: int) -> float:
+    """Nominal seconds of one plain decode step for `batch` running requests."""
+    extra = max(0, batch - 32)
+    return 0.038 + 0.00005 * batch + 0.0000015 * extra * extra
+
+
+def prefill_rate(tp_size: int) -> float:
+    """Prefill tokens per second: NCCL untuned on the PCIe box makes prefill ~8x slower."""
+    if tp_size <= 1:
+        return 7478.0
+    graph = os.environ.get("NCCL_GRAPH_FILE", "")
+    tuned = os.environ.get("NCCL_P2P_LEVEL", "").upper() == "SYS" and graph and os.path.isfile(
+        graph
+    )
+    return 7478.0 if tuned else 876.0
+
+
+class Req:
+    """One generation request as the scheduler tracks it."""
+
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, finish_reason: str,
+                 seed: int = 0) -> None:
+        self.rid = uuid.uuid4().hex
+        self.prompt_tokens = max(1, int(prompt_tokens))
+        self.max_new_tokens = max(1, int(max_new_tokens))
+        self.finish_reason = finish_reason  # "length" or "stop" once max_new_tokens is reached
+        self.seed = seed
+        self.generated = 0
+        self.steps = 0
+        self.out = queue.Queue()
+        self.aborted = False
+        self.vstart = 0.0
+        self.vfirst = None
+        self.vend = None
+
+    def words(self, start: int, count: int) -> str:
+        """The text of tokens [start, start+count): deterministic filler words."""
+        picked = [_WORDS[(self.seed + i) % len(_WORDS)] for i in range(start, start + count)]
+        text = " ".join(picked)
+        return text if start == 0 else " " + text
+
+
+class Scheduler:
+    """Continuous batching over a virtual clock; one thread, like SGLang's scheduler process."""
+
+    def __init__(self, server_args, loaded, scale: float) -> None:
+        self.args = server_args
+        self.loaded = loaded
+        self.scale = scale
+        self.spec = loaded.spec
+        self.max_running = max(1, int(server_args.max_running_requests or 1))
+        self.interval = max(1, int(server_args.decode_log_interval or 40))
+        self.prefill_tps = prefill_rate(server_args.tp_size)
+        self.cv = threading.Condition()
+        self.waiting = collections.deque()
+        self.running = []
+        self.stopped = False
+        self.vclock = 0.0
+        self._deadline = time.monotonic()
+        # statistics
+        self.decode_steps = 0
+        self.num_requests = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.spec_accepted = 0
+        self.spec_forward = 0
+        self.last_gen_throughput = 0.0
+        self.last_accept_length = self.spec.accept_length if self.spec.enabled else 1.0
+        self._win_tokens = 0
+        self._win_vtime = 0.0
+        self._win_accepted = 0
+        self._win_forward = 0
+        self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    # ------------------------------------------------------------------ API
+    def start(self) -> None:
+        self.thread.start()
+
+    def shutdown(self) -> None:
+        with self.cv:
+            self.stopped = True
+            self.cv.notify_all()
+        self.thread.join(timeout=5)
+
+    def submit(self, req: Req) -> Req:
+        with self.cv:
+            req.vstart = self.vclock
+            self.waiting.append(req)
+            self.num_requests += 1
+            self.cv.notify_all()
+        return req
+
+    @property
+    def avg_spec_accept_length(self) -> float:
+        if not self.spec_forward:
+            return 0.0
+        return self.spec_accepted / float(self.spec_forward)
+
+    def speedup(self, batch: int) -> float:
+        """Tokens/s of one request with speculation over without, at this batch size."""
+        if not self.spec.enabled:
+            return 1.0
+        fade = max(0.0, 1.0 - math.log2(max(1, batch)) / 7.0)
+        return 1.0 + (self.spec.speedup_at_1 - 1.0) * fade
+
+    def step_seconds(self, batch: int) -> float:
+        base = base_step_seconds(batch)
+        if not self.spec.enabled:
+            return base
+        return self.spec.accept_length * base / self.speedup(batch)
+
+    # ------------------------------------------------------------------ loop
+    def _sleep(self, nominal: float) -> None:
+        self.vclock += nominal
+        now = time.monotonic()
+        self._deadline = max(self._deadline, now) + nominal * self.scale
+        delay = self._deadline - now
+        if delay > 0:
+            time.sleep(delay)
+
+    def _loop(self) -> None:
+        while True:
+            with self.cv:
+                while not self.stopped and not self.waiting and not self.running:
+                    self.cv.wait(0.5)
+                if self.stopped:
+                    break
+                free = self.max_running - len(self.running)
+                new = []
+                while self.waiting and free > 0:
+                    req = self.waiting.popleft()
+                    if not req.aborted:
+                        new.append(req)
+                        free -= 1
+                queued = len(self.waiting)
+            self.running = [r for r in self.running if not r.aborted]
+            if new:
+                self._prefill(new, queued)
+            if self.running:
+                self._decode_step(queued)
+        for req in list(self.running) + list(self.waiting):
+            req.out.put(("abort", "server shutting down", self.vclock))
+
+    def _prefill(self, new: list, queued: int) -> None:
+        tokens = sum(r.prompt_tokens for r in new)
+        self._sleep(0.01 + tokens / self.prefill_tps)
+        self.prompt_tokens_total += tokens
+        log(f"Prefill batch, #new-seq: {len(new)}, #new-token: {tokens}, #cached-token: 0, "
+            f"token usage: {self._usage():.2f}, #running-req: {len(self.running)}, "
+            f"#queue-req: {queued}", "TP0")
+        for req in new:
+            req.vfirst = self.vclock
+            self._emit(req, 1)
+            if req.generated < req.max_new_tokens:
+                self.running.append(req)
+
+    def _decode_step(self, queued: int) -> None:
+        batch = len(self.running)
+        nominal = self.step_seconds(batch)
+        self._sleep(nominal)
+        emitted = 0
+        still = []
+        for req in self.running:
+            if req.aborted:
+                continue
+            a = self.spec.accept_length if self.spec.enabled else 1.0
+            k = req.steps
+            n = int(math.floor((k + 1) * a + 1e-9) - math.floor(k * a + 1e-9))
+            n = max(1, min(n, req.max_new_tokens - req.generated))
+            req.steps += 1
+            self.spec_accepted += n
+            self.spec_forward += 1
+            self._win_accepted += n
+            self._win_forward += 1
+            emitted += n
+            self._emit(req, n)
+            if req.generated < req.max_new_tokens:
+                still.append(req)
+        kv_tokens = sum(r.prompt_tokens + r.generated for r in self.running)
+        self.running = still
+        self.decode_steps += 1
+        self._win_tokens += emitted
+        self._win_vtime += nominal
+        if self.decode_steps % self.interval == 0:
+            self._log_decode(batch, kv_tokens, queued)
+
+    def _emit(self, req: Req, n: int) -> None:
+        start = req.generated
+        req.generated += n
+        self.generation_tokens_total += n
+        req.out.put(("tokens", (start, n), self.vclock))
+        if req.generated >= req.max_new_tokens:
+            req.vend = self.vclock
+            req.out.put(("finish", req.finish_reason, self.vclock))
+
+    def _usage(self) -> float:
+        used = sum(r.prompt_tokens + r.generated for r in self.running)
+        return used / float(max(1, self.loaded.max_total_num_tokens))
+
+    def _log_decode(self, batch: int, tokens: int, queued: int) -> None:
+        throughput = self._win_tokens / self._win_vtime if self._win_vtime else 0.0
+        accept = self._win_accepted / float(self._win_forward) if self._win_forward else 1.0
+        rate = accept / float(self.spec.num_draft_tokens if self.spec.enabled else 1)
+        self.last_gen_throughput = throughput
+        self.last_accept_length = accept
+        graph = bool(self.loaded.cuda_graph_max_bs) and batch <= self.loaded.cuda_graph_max_bs
+        log(f"Decode batch, #running-req: {batch}, #token: {tokens}, accept len: {accept:.2f}, "
+            f"accept rate: {rate:.2f}, cuda graph: {graph}, "
+            f"gen throughput (token/s): {throughput:.2f}", "TP0")
+        self._win_tokens = 0
+        self._win_vtime = 0.0
+        self._win_accepted = 0
+        self._win_forward = 0
+
+    # ------------------------------------------------------------------ state
+    def internal_state(self) -> dict:
+        state = {
+            "last_gen_throughput": round(self.last_gen_throughput, 4),
+            "memory_usage": {"token_capacity": self.loaded.max_total_num_tokens},
+            "effective_max_running_requests_per_dp": self.max_running,
+            "num_running_reqs": len(self.running),
+            "num_queue_reqs": len(self.waiting),
+        }
+        if self.spec.enabled and self.spec_forward:
+            state["avg_spec_accept_length"] = round(self.avg_spec_accept_length, 4)
+        return state

@@ -1,0 +1,52 @@
+"""Small helpers shared by the stand-in: version checks, SGLang-style log lines."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+from sglang.version import __version__
+
+_print_lock = threading.Lock()
+
+
+def version_tuple(text: str = __version__) -> tuple:
+    """(0, 5, 23) for "0.5.23" (a local label or suffix is ignored)."""
+    parts = []
+    for piece in text.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def at_least(*version: int) -> bool:
+    """True when this stand-in's release is at least `version`."""
+    return version_tuple() >= tuple(version)
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def log(message: str, rank: str = "") -> None:
+    """Print one SGLang-style log line: `[2025-01-01 12:00:00 TP0] message`.
+
+    SGLang logs through Python logging's default handler, i.e. to stderr.
+    """
+    prefix = "[" + _stamp() + (" " + rank if rank else "") + "] "
+    with _print_lock:
+        sys.stderr.write(prefix + message + "\n")
+        sys.stderr.flush()
+
+
+def uvicorn(level: str, message: str, access: bool = False) -> None:
+    """A uvicorn-style line: `INFO:     message` (access lines on stdout, the rest on stderr)."""
+    out = sys.stdout if access else sys.stderr
+    with _print_lock:
+        out.write((level + ":").ljust(10) + message + "\n")
+        out.flush()

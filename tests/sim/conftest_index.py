@@ -1,0 +1,178 @@
+"""Shared fixtures for the package-index and SGLang stand-in tests (import them explicitly).
+
+    from tests.sim.conftest_index import sim_index, sim_wheels, standin_venv  # noqa: F401
+
+sim_wheels    folder with the stand-in wheels (built once per session)
+sim_index     a started PackageIndex over sim_wheels (loopback, free port)
+standin_venv  a REAL venv (python -m venv) with `sglang==0.5.23` pip-installed from sim_index;
+              `.pip(...)` runs its pip against the index only, `.target(spec)` pip-installs a
+              distribution into a separate folder for PYTHONPATH overlays
+simhw_double  folder holding a test double of the simulator's `simhw` module (SIMHW_TEST_*
+              variables configure it; SIMHW_TEST_STATE names a JSON file of allocations)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.sim.pkgindex import PackageIndex
+from orchestrator.sim.wheels import build_standin_wheels
+
+SIMHW_DOUBLE = '''
+"""Test double of the simulator's simhw module (configured by SIMHW_TEST_* variables)."""
+import json
+import os
+
+
+class OutOfMemory(Exception):
+    """A GPU lacks free memory."""
+
+
+def _env(name, default):
+    return os.environ.get("SIMHW_TEST_" + name, default)
+
+
+def _read():
+    path = _env("STATE", "")
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    return {}
+
+
+def _write(state):
+    path = _env("STATE", "")
+    if path:
+        with open(path + ".tmp", "w") as fh:
+            json.dump(state, fh)
+        os.replace(path + ".tmp", path)
+
+
+def cuda_init():
+    return int(_env("CUDA_INIT", "0"))
+
+
+def device_count():
+    return int(_env("GPUS", "8"))
+
+
+def gpu_info():
+    total = int(_env("MEM_MIB", "97887"))
+    cc = [int(x) for x in _env("CC", "12.0").split(".")]
+    return [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+             "memory_total_mib": total, "memory_used_mib": 0, "uuid": "GPU-%08d" % i,
+             "compute_capability": cc} for i in range(device_count())]
+
+
+def allocate(pid, mib, gpus):
+    free = int(_env("FREE_MIB", _env("MEM_MIB", "97887")))
+    if mib > free:
+        raise OutOfMemory("CUDA out of memory. Tried to allocate %d MiB. GPU %d has a total "
+                          "capacity of %s MiB of which %d MiB is free."
+                          % (mib, gpus[0], _env("MEM_MIB", "97887"), free))
+    state = _read()
+    state[str(pid)] = {"mib": mib, "gpus": list(gpus)}
+    _write(state)
+
+
+def release(pid):
+    state = _read()
+    state.pop(str(pid), None)
+    _write(state)
+
+
+def time_scale():
+    return float(_env("TIME_SCALE", "0.001"))
+
+
+def load_seconds():
+    return float(_env("LOAD_SECONDS", "50"))
+'''
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """os.environ without pip configuration, proxies or PYTHONPATH, plus `extra`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PIP_", "SIMHW_", "SGLANG_", "NCCL_"))
+        and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "pythonpath")
+    }
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,  # ignore /etc/xdg/pip and ~/.config/pip (extra indexes)
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_NO_INPUT="1",
+        NO_PROXY="127.0.0.1,localhost",
+    )
+    env.update(extra)
+    return env
+
+
+class Venv:
+    """A real virtual environment driven through its own pip."""
+
+    def __init__(self, root: Path, index: PackageIndex) -> None:
+        self.root = root
+        self.index = index
+        self.python = root / "bin" / "python"
+
+    def pip(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.python), "-m", "pip", *args, "--no-cache-dir",
+               "--index-url", self.index.url]
+        proc = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{cmd} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def target(self, spec: str, folder: Path) -> Path:
+        """pip install --no-deps `spec` into `folder` (a PYTHONPATH overlay)."""
+        if not folder.exists():
+            self.pip("install", "--no-deps", "--target", str(folder), spec)
+        return folder
+
+    def version(self, dist: str, pythonpath: str = "") -> str:
+        code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+        env = clean_env(PYTHONPATH=pythonpath) if pythonpath else clean_env()
+        out = subprocess.run([str(self.python), "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60, check=True)
+        return out.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def sim_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheelhouse")
+    build_standin_wheels(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def sim_index(sim_wheels: Path) -> Iterator[PackageIndex]:
+    index = PackageIndex([sim_wheels])
+    index.start()
+    try:
+        yield index
+    finally:
+        index.stop()
+
+
+@pytest.fixture(scope="session")
+def standin_venv(tmp_path_factory: pytest.TempPathFactory, sim_index: PackageIndex) -> Venv:
+    root = tmp_path_factory.mktemp("standin") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(root)], env=clean_env(), check=True,
+                   timeout=120, capture_output=True)
+    venv = Venv(root, sim_index)
+    venv.pip("install", "sglang==0.5.23")
+    return venv
+
+
+@pytest.fixture(scope="session")
+def simhw_double(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("simhw")
+    (folder / "simhw.py").write_text(SIMHW_DOUBLE)
+    return folder
