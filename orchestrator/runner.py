@@ -45,6 +45,7 @@ from orchestrator.errors import (
     ConnectError,
     ConnectionLost,
     OrchestratorError,
+    StageError,
     TransientConnectError,
 )
 from orchestrator.events import EventBus
@@ -474,11 +475,34 @@ class Runner:
 
         variables = dict(self.plan.inventory.hosts[host].vars)
         h = Host(self.plan.inventory.hosts[host], transport, variables, observer=observe)
+        opened: list[Transport] = []
+
+        def open_host(name: str) -> Host:
+            other = self.plan.inventory.hosts.get(name)
+            if other is None:
+                raise StageError(f"host {name!r} is not in the inventory "
+                                 f"{self.plan.inventory.source or ''}".rstrip())
+            t = self.factory(other, on_wait=None)
+            opened.append(t)
+            t.connect(budget=other.connect_budget)
+            return Host(other, t, dict(other.vars), observer=observe)
+
         ctx = StageContext(
             spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),
             dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
-            secrets=self.redactor.values, env=prep.env,
+            secrets=self.redactor.values, env=prep.env, open_host=open_host,
+            inventory_hosts=dict(self.plan.inventory.hosts),
         )
+        try:
+            return self._check_apply(host, prep, h, ctx, attempt, timings)
+        finally:
+            for t in opened:
+                t.close()
+
+    def _check_apply(self, host: str, prep: PreparedStage, h: Host, ctx: StageContext,
+                     attempt: int, timings: dict[str, float]) -> tuple[str, str]:
+        spec, stage, sid = prep.spec, prep.stage, prep.spec.id
+        assert stage is not None
         t = time.monotonic()
         if prep.check_cmd is not None:
             r = h.run(prep.check_cmd, timeout=spec.timeout, become=spec.become, env=prep.env)

@@ -1,6 +1,12 @@
-"""Stage kinds. Importing this package registers every built-in kind."""
+"""Stage kinds. Importing this package registers every built-in kind (one module per kind)."""
 
-from orchestrator.stages import shell  # noqa: F401
+import importlib
+import pkgutil
+
 from orchestrator.stages.base import Converged, Needed, Stage, StageContext, stage_kinds
+
+for _mod in pkgutil.iter_modules(__path__):
+    if not _mod.name.startswith("_") and _mod.name != "base":
+        importlib.import_module(f"{__name__}.{_mod.name}")
 
 __all__ = ["Converged", "Needed", "Stage", "StageContext", "stage_kinds"]

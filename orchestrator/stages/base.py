@@ -58,6 +58,10 @@ class StageContext:
     progress: Callable[[str], None] = lambda message: None
     secrets: frozenset[str] = frozenset()
     env: dict[str, str] = field(default_factory=dict)
+    #: open another inventory host (e.g. the hypervisor of this container); closed after the stage
+    open_host: Callable[[str], Host] | None = None
+    #: all hosts of the inventory by name (specs only), e.g. to find a hypervisor entry
+    inventory_hosts: dict[str, Any] = field(default_factory=dict)
 
     def record(self, key: str, value: Any) -> None:
         """Put a fact into the run record for this (host, stage)."""
