@@ -260,6 +260,7 @@ class _Session:
             self.add(doc.loc(), f"a playbook must be a mapping, got {_got(data)}",
                      "write `name: ...` and `stages: [...]` at the top level")
             return None
+        data = self._merge_vars_files(doc, data)
         checker = _Checker(self, doc)
         playbook = checker.validate(Playbook, data)
         checker.check_vars(("vars",), data.get("vars"))
@@ -273,6 +274,52 @@ class _Session:
             playbook._source = doc.source
             playbook._secret_values = set(doc.secrets)
         return playbook
+
+    def _merge_vars_files(self, doc: YamlDoc, data: dict[str, Any]) -> dict[str, Any]:
+        """Merge `vars_files:` (paths relative to the playbook) over the playbook's `vars:`.
+
+        Later files win over earlier ones and over `vars:`; every merged value keeps the
+        location of the file it came from, so later errors name that file.
+        """
+        files = data.get("vars_files")
+        if files is None:
+            return data
+        if isinstance(files, str):
+            files = [files]
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            self.add(doc.loc(("vars_files",)), "`vars_files:` must be a list of file paths",
+                     "e.g. vars_files: [../configs/models/kimi-k2.6.yaml]")
+            return {k: v for k, v in data.items() if k != "vars_files"}
+        own = data.get("vars")
+        merged: dict[str, Any] = dict(own) if isinstance(own, dict) else {}
+        base = os.path.dirname(os.path.abspath(doc.source))
+        for i, rel in enumerate(files):
+            path = rel if os.path.isabs(rel) else os.path.join(base, rel)
+            if not os.path.exists(path):
+                self.add(doc.loc(("vars_files", i)), f"vars file not found: {path}",
+                         "paths in `vars_files:` are relative to the playbook")
+                continue
+            fdoc = self.read(path)
+            if fdoc is None:
+                continue
+            if fdoc.data is None:
+                continue
+            if not isinstance(fdoc.data, dict):
+                self.add(fdoc.loc(), f"a vars file must be a mapping, got {_got(fdoc.data)}")
+                continue
+            for key, value in fdoc.data.items():
+                merged[key] = value
+                for table, src in ((doc.locations, fdoc.locations),
+                                   (doc.key_locations, fdoc.key_locations)):
+                    for sub in [p for p in table if len(p) > 1 and p[:2] == ("vars", key)]:
+                        del table[sub]
+                    for p, loc in src.items():
+                        if p and p[0] == key:
+                            table[("vars", *p)] = loc
+            doc.secrets |= fdoc.secrets
+        data = {**data, "vars": merged, "vars_files": files}
+        doc.data = data
+        return data
 
     # -- inventory -----------------------------------------------------------------------------
 

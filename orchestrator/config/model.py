@@ -141,6 +141,10 @@ class Playbook(_Strict):
 
     name: str
     description: str | None = None
+    vars_files: list[str] = Field(
+        default_factory=list,
+        description="YAML files of vars (relative to the playbook), merged over `vars:`",
+    )
     vars: dict[str, Any] = Field(default_factory=dict)
     secrets: list[str] = Field(
         default_factory=list, description="names of vars whose values are secret"

@@ -3,7 +3,8 @@
 Precedence, lowest first (a later layer replaces a whole value of an earlier one; mappings are
 not merged key by key):
 
-1. playbook ``vars:``
+1. playbook ``vars:``, then the playbook's ``vars_files:`` in order (a file's value replaces the
+   playbook's; paths are relative to the playbook, e.g. a model profile in ``configs/models/``)
 2. inventory ``vars:``
 3. group ``vars:``, for each group of the inventory's ``groups:`` that holds the host, in the
    order the groups are written (a later group overrides an earlier one)
