@@ -1,0 +1,792 @@
+"""The orchestrator agent: a stdlib-only Python (3.8+) program that runs ON the host.
+
+The client starts it over ONE long-lived channel (an SSH exec channel, or local pipes) with
+`python3 -c BOOTSTRAP`. The bootstrap reads this file's source from stdin (10 ASCII digits of
+length, then the source) and executes it; from then on both sides exchange frames:
+
+    frame  = struct ">II" (header length, body length) + header (UTF-8 JSON object) + body bytes
+
+Client -> agent (`op`): init (first frame: settings + shipped modules), run, kill, kill_all,
+read_file, write_file, probe, ping. Agent -> client (`t`): hello (answer to init), out (a chunk
+of a command's stdout/stderr, raw bytes in the body), hb (heartbeat, sent while requests are in
+flight), done (a command ended), result, error. Every request carries an `id`; answers echo it.
+
+Guarantees:
+  - A command runs as `/bin/sh -c CMD` in its own process group (new session). Its env values
+    arrive inside the request and reach the child through the process environment, never argv.
+  - On timeout the agent kills the command's whole process group (SIGTERM, grace, SIGKILL).
+  - When the agent's stdin reaches EOF (client gone, connection dropped, sshd killed) or the
+    agent gets SIGTERM/SIGHUP/SIGINT, it kills every running command's process group and exits.
+  - become=True as non-root: the agent starts a helper agent under `sudo -n` once and relays
+    those requests to it, so env, timeouts and group kills work the same as root.
+  - write_file is atomic: temp file in the same directory, fsync, os.replace, fsync of the dir.
+
+This module never imports the rest of the package and must stay Python 3.8 compatible (no
+`match`, no `X | Y` at runtime, no 3.9+ stdlib APIs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+
+PROTOCOL = 1
+#: written once before the first frame: the client skips anything before it (a login shell's
+#: rc files may print text into the channel before python even starts)
+MAGIC = b"\0orchestrator-agent-1\0"
+FRAME = struct.Struct(">II")
+MAX_HEADER = 64 * 1024 * 1024
+CHUNK = 65536
+
+#: The program given to `python3 -c`. Runs on any Python 3, reads the agent source from fd 0
+#: unbuffered (so no frame bytes are swallowed by a buffer), then executes it.
+BOOTSTRAP = """\
+import os,sys
+if sys.version_info<(3,8):
+ v=sys.version.split()[0]
+ sys.stderr.write("orchestrator: the agent needs Python >= 3.8 on the host, found "+v+"\\n")
+ sys.exit(3)
+def r(n):
+ b=b""
+ while len(b)<n:
+  c=os.read(0,n-len(b))
+  if not c:sys.exit(4)
+  b+=c
+ return b
+s=r(int(r(10)))
+exec(compile(s,"orchestrator/remote/agent.py","exec"),{"__name__":"__orchestrator_agent__","AGENT_SOURCE":s})
+"""
+
+#: exit codes of the bootstrap/agent process, for the client's error messages
+EXIT_OLD_PYTHON = 3
+EXIT_NO_SOURCE = 4
+
+
+def encode_source(source: bytes) -> bytes:
+    """What the bootstrap expects on stdin: 10 ASCII digits of length, then the source."""
+    return b"%010d" % len(source) + source
+
+
+def pack(header: dict, body: bytes = b"") -> bytes:
+    """Encode one frame."""
+    h = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    return FRAME.pack(len(h), len(body)) + h + body
+
+
+class ChannelClosed(Exception):
+    """The other side of the frame channel went away."""
+
+
+class FrameIO:
+    """Framed messages over a pair of file descriptors (thread-safe sending)."""
+
+    def __init__(self, fd_in: int, fd_out: int) -> None:
+        self.fd_in = fd_in
+        self.fd_out = fd_out
+        self.lock = threading.Lock()
+        self.broken = False
+
+    def _read_exact(self, n: int) -> bytes:
+        parts = []
+        left = n
+        while left:
+            chunk = os.read(self.fd_in, min(left, 1 << 20))
+            if not chunk:
+                raise ChannelClosed()
+            parts.append(chunk)
+            left -= len(chunk)
+        return b"".join(parts)
+
+    def expect_magic(self) -> None:
+        """Read MAGIC (a helper agent's first bytes) or raise ChannelClosed."""
+        if self._read_exact(len(MAGIC)) != MAGIC:
+            raise ChannelClosed()
+
+    def send_magic(self) -> None:
+        with self.lock:
+            _write_all(self.fd_out, MAGIC)
+
+    def recv(self):
+        """Return (header, body); raise ChannelClosed at EOF."""
+        hlen, blen = FRAME.unpack(self._read_exact(FRAME.size))
+        if hlen > MAX_HEADER:
+            raise ChannelClosed()
+        header = json.loads(self._read_exact(hlen).decode("utf-8"))
+        body = self._read_exact(blen) if blen else b""
+        return header, body
+
+    def send(self, header: dict, body: bytes = b"") -> bool:
+        """Send one frame; False (and no exception) when the channel is gone."""
+        data = memoryview(pack(header, body))
+        with self.lock:
+            if self.broken:
+                return False
+            try:
+                while data:
+                    n = os.write(self.fd_out, data)
+                    data = data[n:]
+            except OSError:
+                self.broken = True
+                return False
+        return True
+
+
+class Shutdown(Exception):
+    """Raised in the main thread by a termination signal."""
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        pids = os.listdir("/proc")
+    except OSError:
+        return True  # no /proc: trust killpg (zombies count as alive there)
+    for name in pids:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/" + name + "/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields: state ppid pgrp ...; zombies are dead, merely not reaped yet (an orphan's
+        # reaper may be a PID 1 that never reaps)
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Job:
+    """One running command."""
+
+    def __init__(self, req_id) -> None:
+        self.id = req_id
+        self.proc = None  # type: subprocess.Popen | None
+        self.killed = None  # type: str | None  # "timeout" | "kill" | "shutdown"
+        self.lock = threading.Lock()
+        self.killer = None  # type: threading.Thread | None
+
+    def kill(self, reason: str, grace: float) -> None:
+        """Kill the job's process group (async): SIGTERM, wait `grace`, SIGKILL."""
+        with self.lock:
+            if self.killed is None:
+                self.killed = reason
+            if self.proc is None or self.killer is not None:
+                return
+            proc = self.proc
+            self.killer = threading.Thread(
+                target=kill_group, args=(proc, grace), name=f"kill-{self.id}", daemon=True
+            )
+            self.killer.start()
+
+
+def kill_group(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM the process group led by `proc`, give it `grace` seconds, then SIGKILL it."""
+    pgid = proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        proc.poll()  # reap the leader, or its zombie keeps the group "alive"
+        if proc.returncode is not None and not _group_alive(pgid):
+            return
+        time.sleep(0.02)
+    _signal_group(pgid, signal.SIGKILL)
+    proc.poll()
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+class SubAgent:
+    """A helper agent started under sudo (as root) to serve become=True requests."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.proc = None  # type: subprocess.Popen | None
+        self.io = None  # type: FrameIO | None
+        self.ids = set()  # type: set
+        self.lock = threading.Lock()  # state; held only briefly
+        self.spawn_lock = threading.Lock()  # one sudo start at a time (may take seconds)
+
+    def _spawn(self, argv: list, prefix: bytes):
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            bufsize=0, start_new_session=True, close_fds=True,
+        )
+        io = FrameIO(proc.stdout.fileno(), proc.stdin.fileno())
+        init = dict(self.agent.init)
+        init["become"] = "auto"
+        init.pop("become_password", None)
+        try:
+            data = prefix + encode_source(self.agent.source) + pack(init)
+            _write_all(proc.stdin.fileno(), data)
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(60):
+                raise ChannelClosed()
+            sel.close()
+            io.expect_magic()
+            header, _ = io.recv()
+            if header.get("t") != "hello":
+                raise ChannelClosed()
+        except (ChannelClosed, OSError, ValueError):
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            err = proc.stderr.read().decode("utf-8", "replace").strip()
+            proc.stderr.close()
+            proc.stdout.close()
+            return None, None, err or f"exit code {proc.returncode}"
+        return proc, io, None
+
+    def ensure(self):
+        """Start the helper if needed; return None or an error message."""
+        with self.spawn_lock:
+            with self.lock:
+                if self.proc is not None and self.proc.poll() is None:
+                    return None
+            user = _user_name(os.getuid())
+            py = sys.executable or "python3"
+            how = "`sudo -n`"
+            try:
+                proc, io, err = self._spawn(
+                    ["sudo", "-n", "--", py, "-c", BOOTSTRAP], b"")
+                password = self.agent.init.get("become_password")
+                if proc is None and password and "password" in (err or ""):
+                    how = "sudo with the inventory's become_password"
+                    proc, io, err = self._spawn(
+                        ["sudo", "-S", "-k", "-p", "", "--", py, "-c", BOOTSTRAP],
+                        password.encode("utf-8") + b"\n",
+                    )
+            except FileNotFoundError:
+                return (
+                    f"become: sudo is not installed on the host, and the agent runs as "
+                    f"{user!r}, not root. Install sudo and configure passwordless sudo for "
+                    f"{user!r}, or connect as root."
+                )
+            if proc is None:
+                return (
+                    f"become: {how} failed for user {user!r}: {err}. Configure "
+                    f"passwordless sudo for {user!r} (e.g. `{user} ALL=(ALL) NOPASSWD: ALL` in "
+                    f"/etc/sudoers.d/{user}), or connect as root."
+                )
+            with self.lock:
+                self.proc, self.io = proc, io
+            threading.Thread(target=self._relay, args=(proc, io), name="sub-relay",
+                             daemon=True).start()
+            threading.Thread(target=_discard, args=(proc.stderr,), name="sub-stderr",
+                             daemon=True).start()
+            return None
+
+    def _relay(self, proc, io) -> None:
+        while True:
+            try:
+                header, body = io.recv()
+            except (ChannelClosed, OSError, ValueError):
+                break
+            rid = header.get("id")
+            if header.get("t") in ("done", "result", "error"):
+                with self.lock:
+                    self.ids.discard(rid)
+            if header.get("t") != "hello":
+                self.agent.io.send(header, body)
+        with self.lock:
+            lost = list(self.ids)
+            self.ids.clear()
+            if self.proc is proc:
+                self.proc = None
+                self.io = None
+        for rid in lost:
+            self.agent.io.send({
+                "t": "error", "id": rid, "kind": "become",
+                "message": "the root helper agent (started with sudo) exited unexpectedly",
+            })
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def forward(self, header: dict, body: bytes) -> bool:
+        with self.lock:
+            io = self.io
+            if io is None:
+                return False
+            self.ids.add(header.get("id"))
+        return io.send(header, body)
+
+    def forward_kill(self, header: dict) -> None:
+        with self.lock:
+            io = self.io
+            wanted = header.get("op") == "kill_all" or header.get("target") in self.ids
+        if io is not None and wanted:
+            io.send(header)
+
+    def close(self, wait: float) -> None:
+        with self.lock:
+            proc = self.proc
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()  # EOF: the helper kills its commands and exits
+        except OSError:
+            pass
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _discard(stream) -> None:
+    try:
+        while stream.read(65536):
+            pass
+    except (OSError, ValueError):
+        pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class Agent:
+    """The request loop: reads frames, serves each request in its own thread."""
+
+    def __init__(self, io: FrameIO, source: bytes) -> None:
+        self.io = io
+        self.source = source
+        self.init = {}  # type: dict
+        self.heartbeat = 5.0
+        self.grace = 2.0
+        self.jobs = {}  # type: dict
+        self.lock = threading.Lock()
+        self.active = 0
+        self.shutting_down = False
+        self.client_timeout = 0.0  # kill everything if the client is silent this long (0: off)
+        self.last_client = time.monotonic()
+        self.sub = SubAgent(self)
+        self.probes = {}  # type: dict
+        self.module_errors = {}  # type: dict
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+
+    # ---- setup -------------------------------------------------------------------------
+    def load_modules(self, modules: list) -> None:
+        """Install shipped modules as orchestrator.remote.<name> and collect their probes."""
+        for pkg in ("orchestrator", "orchestrator.remote"):
+            mod = types.ModuleType(pkg)
+            mod.__path__ = []  # type: ignore[attr-defined]
+            sys.modules[pkg] = mod
+        for name, src in modules:
+            full = "orchestrator.remote." + name
+            mod = types.ModuleType(full)
+            mod.__file__ = f"orchestrator/remote/{name}.py"
+            sys.modules[full] = mod
+            try:
+                exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+            except Exception as exc:
+                del sys.modules[full]
+                self.module_errors[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            setattr(sys.modules["orchestrator.remote"], name, mod)
+        probes_mod = sys.modules.get("orchestrator.remote.probes")
+        if probes_mod is not None:
+            self.probes = getattr(probes_mod, "PROBES", {})
+
+    def hello(self) -> dict:
+        uid = os.getuid()
+        return {
+            "t": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "uid": uid,
+            "user": _user_name(uid), "python": ".".join(map(str, sys.version_info[:3])),
+            "executable": sys.executable, "probes": sorted(self.probes),
+            "module_errors": self.module_errors,
+        }
+
+    # ---- main loop ---------------------------------------------------------------------
+    def serve(self) -> None:
+        self.io.send_magic()
+        header, _ = self.io.recv()
+        if header.get("op") != "init":
+            raise ChannelClosed()
+        self.init = header
+        self.heartbeat = float(header.get("heartbeat") or 5.0)
+        self.grace = float(header.get("grace") or 2.0)
+        self.client_timeout = float(header.get("client_timeout") or 0.0)
+        self.load_modules(header.get("modules") or [])
+        self.io.send(self.hello())
+        threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
+        while True:
+            header, body = self.io.recv()
+            self.last_client = time.monotonic()
+            self.dispatch(header, body)
+
+    def _heartbeat(self) -> None:
+        """While requests run: heartbeat the client, and give up on a client gone silent.
+
+        The client pulses while it waits for answers; a client that vanished without closing
+        the connection (its machine froze, the network died) must not leave commands running.
+        """
+        while True:
+            time.sleep(self.heartbeat)
+            with self.lock:
+                busy = self.active > 0 or bool(self.sub.ids)
+            if not busy:
+                self.last_client = max(self.last_client, time.monotonic() - self.heartbeat)
+                continue
+            silent = time.monotonic() - self.last_client
+            if self.client_timeout and silent > self.client_timeout:
+                sys.stderr.write(
+                    f"orchestrator agent: no message from the client for {silent:.0f}s; "
+                    "killing its commands and exiting\n")
+                self.shutdown()
+                sys.stderr.flush()
+                os._exit(2)
+            if not self.io.send({"t": "hb"}):
+                return
+
+    def dispatch(self, header: dict, body: bytes) -> None:
+        op = header.get("op")
+        rid = header.get("id")
+        if op == "hb":  # the client's pulse (see _heartbeat)
+            return
+        if op == "kill":
+            target = header.get("target")
+            with self.lock:
+                job = self.jobs.get(target)
+            if job is not None:
+                job.kill("kill", self.grace)
+            self.sub.forward_kill(header)
+            return
+        if op == "kill_all":
+            self.kill_all("kill")
+            self.sub.forward_kill(header)
+            return
+        handler = {
+            "run": self.op_run, "read_file": self.op_read_file,
+            "write_file": self.op_write_file, "probe": self.op_probe, "ping": self.op_ping,
+        }.get(op)
+        if handler is None:
+            self.io.send({"t": "error", "id": rid, "kind": "protocol",
+                          "message": f"unknown operation {op!r}"})
+            return
+        if op == "run":
+            if (header.get("become") and not header.get("become_local")
+                    and (os.getuid() != 0 or self.init.get("become") == "sudo")):
+                handler = self.op_run_become
+            else:
+                with self.lock:
+                    self.jobs[rid] = Job(rid)
+        with self.lock:
+            self.active += 1
+        threading.Thread(target=self._serve_one, args=(handler, header, body),
+                         name=f"req-{rid}", daemon=True).start()
+
+    def _serve_one(self, handler, header: dict, body: bytes) -> None:
+        rid = header.get("id")
+        try:
+            handler(header, body)
+        except Exception as exc:
+            self.io.send({
+                "t": "error", "id": rid, "kind": "exception",
+                "message": f"{type(exc).__name__}: {exc}",
+                "errno": getattr(exc, "errno", None),
+                "traceback": traceback.format_exc(limit=8),
+            })
+        finally:
+            with self.lock:
+                self.active -= 1
+                self.jobs.pop(rid, None)
+
+    # ---- operations --------------------------------------------------------------------
+    def op_ping(self, header: dict, body: bytes) -> None:
+        self.io.send({"t": "result", "id": header.get("id"),
+                      "value": {"pid": os.getpid(), "time": time.time()}})
+
+    def op_probe(self, header: dict, body: bytes) -> None:
+        name = header.get("name")
+        fn = self.probes.get(name)
+        if fn is None:
+            self.io.send({
+                "t": "error", "id": header.get("id"), "kind": "unknown_probe",
+                "message": "unknown probe {!r}; available: {}{}".format(
+                    name, ", ".join(sorted(self.probes)) or "(none)",
+                    f"; modules that failed to load: {self.module_errors}"
+                    if self.module_errors else ""),
+            })
+            return
+        value = fn(**(header.get("args") or {}))
+        self.io.send({"t": "result", "id": header.get("id"), "value": value})
+
+    def op_read_file(self, header: dict, body: bytes) -> None:
+        path = os.path.expanduser(header["path"])
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except (FileNotFoundError, NotADirectoryError):
+            self.io.send({"t": "result", "id": header.get("id"), "value": None})
+            return
+        self.io.send({"t": "result", "id": header.get("id"), "value": len(data)}, data)
+
+    def op_write_file(self, header: dict, body: bytes) -> None:
+        path = os.path.abspath(os.path.expanduser(header["path"]))
+        mode = header.get("mode")
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=directory)
+        try:
+            _write_all(fd, body)
+            if mode is None:
+                mode = (st.st_mode & 0o7777) if st is not None else (0o666 & ~self.umask)
+            os.fchmod(fd, mode)
+            if st is not None and os.getuid() == 0:
+                os.fchown(fd, st.st_uid, st.st_gid)
+            os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, path)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        try:
+            dfd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
+        self.io.send({"t": "result", "id": header.get("id"), "value": len(body)})
+
+    def op_run_become(self, header: dict, body: bytes) -> None:
+        err = self.sub.ensure()
+        if err is not None:
+            self.io.send({"t": "error", "id": header.get("id"), "kind": "become",
+                          "message": err})
+            return
+        fwd = dict(header)
+        fwd["become_local"] = True
+        if not self.sub.forward(fwd, body):
+            self.io.send({"t": "error", "id": header.get("id"), "kind": "become",
+                          "message": "the root helper agent (started with sudo) is gone"})
+
+    def op_run(self, header: dict, body: bytes) -> None:
+        rid = header.get("id")
+        with self.lock:
+            job = self.jobs.setdefault(rid, Job(rid))
+        env = dict(os.environ)
+        for k, v in (header.get("env") or {}).items():
+            env[str(k)] = str(v)
+        timeout = header.get("timeout")
+        want_stdin = bool(header.get("stdin"))
+        start = time.monotonic()
+        try:
+            with job.lock:
+                if job.killed is not None:
+                    raise _NotStarted("killed before it started")
+                job.proc = subprocess.Popen(
+                    ["/bin/sh", "-c", header["cmd"]],
+                    stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=os.path.expanduser(header["cwd"]) if header.get("cwd") else None,
+                    env=env, start_new_session=True, close_fds=True,
+                )
+        except (OSError, _NotStarted) as exc:
+            what = ("cwd {!r}: {}".format(header.get("cwd"), exc.strerror)
+                    if isinstance(exc, OSError) and header.get("cwd") else str(exc))
+            self.io.send({"t": "out", "id": rid, "fd": 2},
+                         (f"orchestrator agent: cannot start command: {what}\n").encode())
+            self.io.send({"t": "done", "id": rid, "exit": 126, "duration": 0.0,
+                          "timed_out": False, "killed": job.killed, "not_started": True})
+            return
+        proc = job.proc
+        if want_stdin:
+            threading.Thread(target=_feed, args=(proc.stdin, body), name=f"stdin-{rid}",
+                             daemon=True).start()
+        self._pump(job, proc, start, timeout)
+        rc = proc.returncode
+        if job.killer is not None:
+            job.killer.join()
+        done = {
+            "t": "done", "id": rid, "exit": rc if rc >= 0 else 128 - rc,
+            "signal": -rc if rc < 0 else None, "duration": time.monotonic() - start,
+            "timed_out": job.killed == "timeout", "killed": job.killed, "pid": proc.pid,
+        }
+        self.io.send(done)
+
+    def _pump(self, job: Job, proc: subprocess.Popen, start: float, timeout) -> None:
+        """Stream stdout/stderr until both close (or linger after exit); enforce timeout."""
+        deadline = start + float(timeout) if timeout else None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, 1)
+        sel.register(proc.stderr, selectors.EVENT_READ, 2)
+        open_streams = 2
+        exited_at = None
+        last_data = time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                if deadline is not None and job.killed is None and now >= deadline:
+                    job.kill("timeout", self.grace)
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if open_streams == 0:
+                    if exited_at is not None:
+                        break
+                    wait = 0.5
+                    if deadline is not None and job.killed is None:
+                        wait = min(wait, max(0.0, deadline - now))
+                    try:
+                        proc.wait(wait)
+                    except subprocess.TimeoutExpired:
+                        pass
+                    continue
+                if exited_at is not None:
+                    # the leader exited; something it started in the background still holds
+                    # the pipes: take what is there, then stop (do not wait for daemons)
+                    if now - last_data > 0.25 or now - exited_at > 2.0:
+                        break
+                    wait = 0.05
+                else:
+                    wait = 0.5
+                    if deadline is not None and job.killed is None:
+                        wait = min(wait, max(0.0, deadline - now))
+                for key, _ in sel.select(wait):
+                    try:
+                        data = os.read(key.fileobj.fileno(), CHUNK)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        open_streams -= 1
+                        continue
+                    last_data = time.monotonic()
+                    self.io.send({"t": "out", "id": job.id, "fd": key.data}, data)
+        finally:
+            sel.close()
+            for stream in (proc.stdout, proc.stderr):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            proc.wait()
+
+    # ---- shutdown ----------------------------------------------------------------------
+    def kill_all(self, reason: str) -> list:
+        with self.lock:
+            jobs = list(self.jobs.values())
+        for job in jobs:
+            job.kill(reason, self.grace)
+        return jobs
+
+    def shutdown(self) -> None:
+        """Kill every running command's process group, stop the helper, exit."""
+        self.shutting_down = True
+        jobs = self.kill_all("shutdown")
+        self.sub.close(self.grace + 1.0)
+        end = time.monotonic() + self.grace + 1.0
+        for job in jobs:
+            killer = job.killer
+            if killer is not None:
+                killer.join(max(0.0, end - time.monotonic()))
+
+
+class _NotStarted(Exception):
+    pass
+
+
+def _feed(stream, data: bytes) -> None:
+    try:
+        stream.write(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
+def _on_signal(signum, frame) -> None:
+    raise Shutdown()
+
+
+def main(source: bytes) -> None:
+    """Run the agent on fds 0/1; fds 0 and 1 are then pointed at /dev/null."""
+    fd_in = os.dup(0)
+    fd_out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    sys.stdout = open(os.devnull, "w")  # a stray print() must not corrupt the protocol
+    agent = Agent(FrameIO(fd_in, fd_out), source)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    code = 0
+    try:
+        agent.serve()
+    except (ChannelClosed, Shutdown):
+        pass
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        agent.shutdown()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__orchestrator_agent__":
+    main(AGENT_SOURCE)  # type: ignore[name-defined]  # noqa: F821
+elif __name__ == "__main__":
+    with open(__file__, "rb") as _fh:
+        main(_fh.read())

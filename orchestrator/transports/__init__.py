@@ -1,0 +1,32 @@
+"""Transports: how the orchestrator reaches a host (SSH, or local pipes), behind one interface.
+
+`make_transport(spec)` picks the implementation from `spec.connection`; both run the stdlib-only
+agent of `orchestrator.remote.agent` on the host (see `base.Transport` for the contract).
+"""
+
+from __future__ import annotations
+
+from orchestrator.config.model import HostSpec
+from orchestrator.transports.base import OutputCallback, Transport
+from orchestrator.transports.local import LocalTransport
+from orchestrator.transports.ssh import SSHTransport, WaitCallback
+
+__all__ = [
+    "LocalTransport",
+    "OutputCallback",
+    "SSHTransport",
+    "Transport",
+    "WaitCallback",
+    "make_transport",
+]
+
+
+def make_transport(spec: HostSpec, *, on_wait: WaitCallback | None = None) -> Transport:
+    """Build the transport for one host: `connection: local` -> LocalTransport, else SSH.
+
+    `on_wait(attempt, elapsed_s, error)` is called before each wait while an SSH host does not
+    answer yet (the console shows "waiting for SSH...").
+    """
+    if spec.connection == "local":
+        return LocalTransport(spec)
+    return SSHTransport(spec, on_wait=on_wait)

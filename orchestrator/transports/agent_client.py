@@ -1,0 +1,640 @@
+"""Client side of the agent protocol, shared by `SSHTransport` and `LocalTransport`.
+
+`AgentSession` drives one running agent (`orchestrator.remote.agent`) over a byte pipe: it ships
+the agent source and modules, then multiplexes requests (each with an id) over the one channel.
+A reader thread parses frames and hands them to per-request queues, so a caller waiting for a
+command can be interrupted (Ctrl-C) without corrupting the stream, and `kill_all()` / `close()`
+may be called from another thread.
+
+Liveness: while a request is in flight the agent sends a heartbeat every `heartbeat` seconds. If
+nothing at all arrives for `dead_after` seconds the session declares the connection lost and
+closes it, so a vanished host never hangs a caller.
+
+`AgentTransport` is the part of a Transport both implementations share: reconnect-on-demand,
+error mapping of agent answers, retry of idempotent file/probe requests after a reconnect.
+"""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import json
+import queue
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from orchestrator.config.model import HostSpec
+from orchestrator.errors import (
+    CommandTimeout,
+    ConnectError,
+    ConnectionLost,
+    TransientConnectError,
+    TransportError,
+)
+from orchestrator.remote import agent as agent_mod
+from orchestrator.result import Result
+from orchestrator.transports.base import OutputCallback, Transport
+
+log = structlog.get_logger(__name__)
+
+FRAME = agent_mod.FRAME
+MAGIC = agent_mod.MAGIC
+BOOTSTRAP = agent_mod.BOOTSTRAP
+_REMOTE_DIR = Path(agent_mod.__file__).parent
+
+
+@cache
+def agent_source() -> bytes:
+    """The agent program shipped to hosts (the text of orchestrator/remote/agent.py)."""
+    return (_REMOTE_DIR / "agent.py").read_bytes()
+
+
+@cache
+def shipped_modules() -> tuple[tuple[str, str], ...]:
+    """Modules shipped with the agent: probes first, then every other module of remote/."""
+    names = sorted(
+        p.stem for p in _REMOTE_DIR.glob("*.py") if p.stem not in ("__init__", "agent")
+    )
+    if "probes" in names:
+        names.remove("probes")
+        names.insert(0, "probes")
+    return tuple((n, (_REMOTE_DIR / f"{n}.py").read_text(encoding="utf-8")) for n in names)
+
+
+class PipeClosed(Exception):
+    """The byte pipe to the agent is gone (internal; becomes ConnectionLost)."""
+
+
+class Pipe(Protocol):
+    """A bidirectional byte stream to a running agent process."""
+
+    def send(self, data: bytes) -> None:
+        """Send all of `data`; raise PipeClosed when the pipe is gone."""
+
+    def recv(self, n: int) -> bytes:
+        """Block for up to `n` bytes; b"" at EOF."""
+
+    def close(self, wait: float) -> None:
+        """Send EOF, give the agent `wait` seconds to exit, then tear everything down."""
+
+    def exit_status(self) -> int | None:
+        """The agent process's exit status once known."""
+
+    def stderr_tail(self) -> str:
+        """The last few KB the agent process wrote to stderr."""
+
+
+def _frame(header: dict, body: bytes = b"") -> bytes:
+    return agent_mod.pack(header, body)
+
+
+_DEAD = object()
+_PULSE = agent_mod.pack({"op": "hb"})
+
+
+class AgentSession:
+    """One running agent and the framed protocol to it. Thread-safe."""
+
+    def __init__(
+        self,
+        pipe: Pipe,
+        *,
+        host: str,
+        heartbeat: float = 5.0,
+        dead_after: float = 30.0,
+        kill_grace: float = 2.0,
+        become_mode: str = "auto",
+        become_password: str | None = None,
+    ) -> None:
+        self._pipe = pipe
+        self.host = host
+        self.heartbeat = heartbeat
+        self.dead_after = dead_after
+        self.kill_grace = kill_grace
+        self._become_mode = become_mode
+        self._become_password = become_password
+        self._ids = itertools.count(1)
+        self._queues: dict[int | str, queue.SimpleQueue] = {}
+        self._qlock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._last_seen = time.monotonic()
+        self._last_sent = time.monotonic()
+        self._dead: str | None = None
+        self._closed = False
+        self.hello: dict[str, Any] = {}
+        #: text the host printed before the agent started (e.g. from a login shell's rc file)
+        self.preamble = b""
+        self._reader = threading.Thread(
+            target=self._read_loop, name=f"agent-reader-{host}", daemon=True
+        )
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self, timeout: float) -> dict[str, Any]:
+        """Ship the agent, wait for its hello; raise ConnectError subclasses on failure."""
+        init: dict[str, Any] = {
+            "op": "init",
+            "heartbeat": self.heartbeat,
+            "grace": self.kill_grace,
+            # the agent kills our commands if we stay silent this long while they run
+            "client_timeout": 2 * self.dead_after,
+            "become": self._become_mode,
+            "modules": [list(m) for m in shipped_modules()],
+        }
+        if self._become_password:
+            init["become_password"] = self._become_password
+        hello_q = self._register("hello")
+        self._reader.start()
+        try:
+            self._send_raw(agent_mod.encode_source(agent_source()) + _frame(init))
+            try:
+                item = hello_q.get(timeout=timeout)
+            except queue.Empty:
+                self.close(wait=False)
+                raise TransientConnectError(
+                    f"the agent did not start within {timeout:g}s (python3 on the host is slow "
+                    "or the connection stalled)",
+                    host=self.host,
+                ) from None
+        except PipeClosed:
+            item = _DEAD
+        finally:
+            self._unregister("hello")
+        if item is _DEAD:
+            raise self._startup_error()
+        self.hello = item[0]
+        return self.hello
+
+    def _startup_error(self) -> TransportError:
+        self._reader.join(2.0)  # let it collect what the host printed before EOF
+        deadline = time.monotonic() + 2.0
+        status = self._pipe.exit_status()
+        while status is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            status = self._pipe.exit_status()
+        err = self._pipe.stderr_tail().strip()
+        out = self.preamble.decode("utf-8", "replace").strip()
+        self.close(wait=False)
+        said = f": {err[-800:]}" if err else ""
+        if out:
+            said += f" (it printed: {out[-300:]!r})"
+        if status == 127 or "python3: not found" in err or "command not found" in err:
+            return ConnectError(
+                f"could not start the agent: python3 was not found on the host{said}",
+                host=self.host,
+                hint="install Python 3.8 or newer on the host (e.g. `apt-get install python3`)",
+            )
+        if status == agent_mod.EXIT_OLD_PYTHON:
+            return ConnectError(
+                f"could not start the agent{said}", host=self.host,
+                hint="install Python 3.8 or newer on the host as `python3`",
+            )
+        if status is not None:
+            # the remote side ran and failed (login shell refused, agent crashed, ...):
+            # trying again will not help
+            return ConnectError(
+                f"the agent could not start on the host (exit status {status}){said}",
+                host=self.host,
+                hint="check the account's login shell and its rc files (they must not exit or "
+                "read stdin in non-interactive sessions); a Python traceback here is a bug in "
+                "orchestrator: please report it",
+            )
+        return TransientConnectError(
+            f"the connection closed while the agent was starting{said}", host=self.host
+        )
+
+    @property
+    def alive(self) -> bool:
+        """True while the channel is open and the agent answers."""
+        return self._dead is None
+
+    def close(self, wait: bool = True) -> None:
+        """EOF to the agent (it kills what still runs), wait a little for it, tear down."""
+        if self._closed:
+            return
+        self._closed = True
+        grace = self.kill_grace + 2.0 if (wait and self.alive) else 0.0
+        self._mark_dead("the connection was closed")  # new sends refuse; waiters wake up
+        locked = self._send_lock.acquire(timeout=5.0)  # never close under a running send
+        try:
+            self._pipe.close(grace)
+        except Exception:  # pragma: no cover - teardown must not raise
+            log.debug("agent pipe close failed", host=self.host, exc_info=True)
+        finally:
+            if locked:
+                self._send_lock.release()
+
+    # ---- I/O -------------------------------------------------------------------------------
+    def _send_raw(self, data: bytes) -> None:
+        with self._send_lock:
+            if self._dead is not None:
+                raise PipeClosed(self._dead)
+            self._pipe.send(data)
+            self._last_sent = time.monotonic()
+
+    def _pulse(self) -> None:
+        """Tell the agent we are still here (sent while waiting; skipped if a send runs)."""
+        if time.monotonic() - self._last_sent < self.heartbeat:
+            return
+        if not self._send_lock.acquire(blocking=False):
+            return
+        try:
+            if self._dead is None:
+                self._pipe.send(_PULSE)
+                self._last_sent = time.monotonic()
+        except PipeClosed:
+            pass
+        finally:
+            self._send_lock.release()
+
+    def _send(self, header: dict, body: bytes = b"") -> None:
+        self._send_raw(_frame(header, body))
+
+    def _register(self, rid: int | str) -> queue.SimpleQueue:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        with self._qlock:
+            self._queues[rid] = q
+            if self._dead is not None:
+                q.put(_DEAD)
+        return q
+
+    def _unregister(self, rid: int | str) -> None:
+        with self._qlock:
+            self._queues.pop(rid, None)
+
+    def _mark_dead(self, reason: str) -> None:
+        with self._qlock:
+            if self._dead is None:
+                self._dead = reason
+            for q in self._queues.values():
+                q.put(_DEAD)
+
+    def _read_loop(self) -> None:
+        buf = bytearray()
+        reason = "the connection closed"
+        synced = False
+        try:
+            while True:
+                chunk = self._pipe.recv(262144)
+                if not chunk:
+                    status = self._pipe.exit_status()
+                    if status is not None:
+                        reason = f"the agent exited with status {status}"
+                    if not synced:
+                        self.preamble = bytes(buf[-4000:])
+                    break
+                self._last_seen = time.monotonic()
+                buf += chunk
+                if not synced:
+                    at = buf.find(MAGIC)
+                    if at < 0:
+                        if len(buf) > 1 << 20:
+                            self.preamble = bytes(buf[-4000:])
+                            reason = "the host sent 1 MiB of text instead of starting the agent"
+                            break
+                        continue
+                    self.preamble = bytes(buf[:at])
+                    if self.preamble:
+                        log.debug("text before the agent started", host=self.host,
+                                  text=self.preamble[-500:].decode("utf-8", "replace"))
+                    del buf[: at + len(MAGIC)]
+                    synced = True
+                pos = 0
+                while len(buf) - pos >= FRAME.size:
+                    hlen, blen = FRAME.unpack_from(buf, pos)
+                    end = pos + FRAME.size + hlen + blen
+                    if len(buf) < end:
+                        break
+                    header = json.loads(bytes(buf[pos + FRAME.size : pos + FRAME.size + hlen]))
+                    body = bytes(buf[pos + FRAME.size + hlen : end])
+                    pos = end
+                    self._dispatch(header, body)
+                if pos:
+                    del buf[:pos]
+        except Exception as exc:  # noqa: BLE001 - any failure here means the stream is unusable
+            reason = f"reading from the agent failed: {type(exc).__name__}: {exc}"
+        self._mark_dead(reason)
+
+    def _dispatch(self, header: dict, body: bytes) -> None:
+        kind = header.get("t")
+        if kind == "hb":
+            return
+        key = "hello" if kind == "hello" else header.get("id")
+        with self._qlock:
+            q = self._queues.get(key)
+        if q is not None:
+            q.put((header, body))
+
+    def _next(self, q: queue.SimpleQueue, since: float, what: str) -> tuple[dict, bytes]:
+        poll = min(1.0, max(0.05, self.heartbeat / 2))
+        while True:
+            self._pulse()
+            try:
+                item = q.get(timeout=poll)
+            except queue.Empty:
+                silent = time.monotonic() - max(self._last_seen, since)
+                if silent > self.dead_after:
+                    reason = (
+                        f"no message from the host for {silent:.0f}s (the agent sends a "
+                        f"heartbeat every {self.heartbeat:g}s): the host or network vanished"
+                    )
+                    self._mark_dead(reason)
+                    self.close(wait=False)
+                    raise self._lost(what) from None
+                continue
+            if item is _DEAD:
+                raise self._lost(what)
+            return item
+
+    def _lost(self, what: str) -> ConnectionLost:
+        return ConnectionLost(f"connection lost during {what}: {self._dead}", host=self.host)
+
+    # ---- requests ----------------------------------------------------------------------------
+    def call(self, op: str, fields: Mapping[str, Any], body: bytes = b"") -> tuple[dict, bytes]:
+        """Send one request and wait for its result/error frame."""
+        rid = next(self._ids)
+        q = self._register(rid)
+        what = f"{op} {fields.get('path') or fields.get('name') or ''}".strip()
+        try:
+            since = time.monotonic()
+            try:
+                self._send({"op": op, "id": rid, **fields}, body)
+            except PipeClosed:
+                raise self._lost(what) from None
+            header, rbody = self._next(q, since, what)
+        finally:
+            self._unregister(rid)
+        if header.get("t") == "error":
+            raise self._remote_error(header, what)
+        return header, rbody
+
+    def _remote_error(self, header: dict, what: str) -> TransportError:
+        kind = header.get("kind")
+        message = header.get("message") or "unknown error"
+        if kind == "become":
+            return TransportError(
+                message, host=self.host,
+                hint="become needs root: passwordless sudo for the SSH user, or log in as root",
+            )
+        if kind == "exception" and header.get("traceback"):
+            log.debug("agent error", host=self.host, what=what, traceback=header["traceback"])
+        return TransportError(f"{what} failed on the host: {message}", host=self.host)
+
+    def send_kill(self, rid: int | None = None) -> None:
+        """Ask the agent to kill one command (or all with rid=None). Never raises or hangs.
+
+        If the send lock stays busy (e.g. called from a signal handler that interrupted a
+        send on this very thread) the request is dropped: close() still kills everything.
+        """
+        header = {"op": "kill_all"} if rid is None else {"op": "kill", "target": rid}
+        if not self._send_lock.acquire(timeout=2.0):
+            log.debug("kill request not sent: channel busy", host=self.host)
+            return
+        try:
+            if self._dead is None:
+                self._pipe.send(_frame(header))
+        except Exception:  # noqa: BLE001 - best effort; a dead agent has killed them already
+            pass
+        finally:
+            self._send_lock.release()
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+        become: bool = False,
+        on_output: OutputCallback | None = None,
+    ) -> Result:
+        """Run one command through the agent; see `Transport.run`."""
+        rid = next(self._ids)
+        q = self._register(rid)
+        header = {
+            "op": "run", "id": rid, "cmd": command, "env": dict(env or {}), "cwd": cwd,
+            "timeout": timeout, "become": bool(become), "stdin": stdin is not None,
+        }
+        chunks: dict[int, list[bytes]] = {1: [], 2: []}
+        decoders = {1: codecs.getincrementaldecoder("utf-8")("replace"),
+                    2: codecs.getincrementaldecoder("utf-8")("replace")}
+        names = {1: "stdout", 2: "stderr"}
+        done: dict | None = None
+        what = f"command `{command}`"
+        try:
+            since = time.monotonic()
+            try:
+                self._send(header, stdin or b"")
+            except PipeClosed:
+                raise self._lost(what) from None
+            while done is None:
+                frame, body = self._next(q, since, what)
+                kind = frame.get("t")
+                if kind == "out":
+                    fd = 2 if frame.get("fd") == 2 else 1
+                    chunks[fd].append(body)
+                    if on_output is not None:
+                        text = decoders[fd].decode(body)
+                        if text:
+                            on_output(names[fd], text)
+                elif kind == "done":
+                    done = frame
+                elif kind == "error":
+                    done = frame
+                    raise self._remote_error(frame, what)
+        except BaseException as exc:
+            if done is None and self.alive and not isinstance(exc, ConnectionLost):
+                self.send_kill(rid)  # Ctrl-C or a failing callback: stop the command first
+            raise
+        finally:
+            self._unregister(rid)
+        if on_output is not None:
+            for fd in (1, 2):
+                tail = decoders[fd].decode(b"", final=True)
+                if tail:
+                    on_output(names[fd], tail)
+        result = Result(
+            command=command,
+            exit_code=int(done["exit"]),
+            stdout=b"".join(chunks[1]).decode("utf-8", "replace"),
+            stderr=b"".join(chunks[2]).decode("utf-8", "replace"),
+            duration=float(done.get("duration") or 0.0),
+            host=self.host,
+            timed_out=bool(done.get("timed_out")),
+            extra={k: done.get(k) for k in ("signal", "killed", "pid") if done.get(k)},
+        )
+        if result.timed_out:
+            raise CommandTimeout(
+                f"command timed out after {timeout:g}s and its process group was killed: "
+                f"{command}",
+                host=self.host,
+                result=result,
+            )
+        return result
+
+    def kill_all(self) -> None:
+        """Ask the agent to kill every command it runs for us."""
+        self.send_kill(None)
+
+
+class AgentTransport(Transport):
+    """A Transport that talks to the agent through an `AgentSession` (reconnecting on demand).
+
+    Subclasses implement `_open_session()` (one connection attempt). `run`, `read_file`,
+    `write_file`, `probe`, `kill_all` and `close` are shared. Several threads may call `run`
+    at once (requests are multiplexed); `kill_all()` and `close()` are safe from any thread.
+    """
+
+    def __init__(
+        self,
+        spec: HostSpec,
+        *,
+        heartbeat: float = 5.0,
+        heartbeat_misses: int = 6,
+        kill_grace: float = 2.0,
+        become_mode: str = "auto",
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name or spec.address or "localhost"
+        self.heartbeat = heartbeat
+        self.dead_after = heartbeat * heartbeat_misses
+        self.kill_grace = kill_grace
+        self.become_mode = become_mode
+        self._session: AgentSession | None = None
+        self._lock = threading.RLock()
+        self._closing = threading.Event()
+        self._closed = False  # close() was called; only an explicit connect() reopens
+
+    # ---- to implement ---------------------------------------------------------------------
+    @abstractmethod
+    def _open_session(self) -> AgentSession:
+        """Make one connection attempt and return a started session (or raise our errors)."""
+
+    def _new_session(self, pipe: Pipe) -> AgentSession:
+        return AgentSession(
+            pipe, host=self.name, heartbeat=self.heartbeat, dead_after=self.dead_after,
+            kill_grace=self.kill_grace, become_mode=self.become_mode,
+            become_password=self.spec.become_password,
+        )
+
+    # ---- shared ------------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        """True while a live agent session exists."""
+        s = self._session
+        return s is not None and s.alive
+
+    @property
+    def agent_info(self) -> dict[str, Any]:
+        """The agent's hello (pid, uid, user, python, probes) of the current session."""
+        s = self._session
+        return dict(s.hello) if s is not None else {}
+
+    def connect(self, budget: float | None = None) -> None:
+        """Start the agent (one attempt; SSHTransport retries within the budget)."""
+        with self._lock:
+            if self.connected:
+                return
+            self._closing.clear()
+            self._closed = False
+            self._drop_session()
+            self._session = self._open_session()
+
+    def _drop_session(self) -> None:
+        s, self._session = self._session, None
+        if s is not None:
+            s.close(wait=False)
+
+    def _ensure(self) -> AgentSession:
+        with self._lock:
+            s = self._session
+            if s is not None and s.alive:
+                return s
+            if self._closed:
+                raise TransportError(
+                    "the connection was closed (after close(), only connect() reopens it)",
+                    host=self.name,
+                )
+            self.connect(self.spec.connect_budget)
+            assert self._session is not None
+            return self._session
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+        become: bool = False,
+        on_output: OutputCallback | None = None,
+    ) -> Result:
+        session = self._ensure()
+        try:
+            return session.run(
+                command, timeout=timeout, env=env, cwd=cwd, stdin=stdin, become=become,
+                on_output=on_output,
+            )
+        except ConnectionLost as exc:
+            log.warning("connection lost", host=self.name, error=exc.message)
+            with self._lock:
+                if self._session is session:
+                    self._drop_session()
+            raise
+
+    def _call(self, op: str, fields: Mapping[str, Any], body: bytes = b"") -> tuple[dict, bytes]:
+        # file and probe requests are idempotent: after a drop, reconnect and ask once more
+        for attempt in (1, 2):
+            session = self._ensure()
+            try:
+                return session.call(op, fields, body)
+            except ConnectionLost as exc:
+                with self._lock:
+                    if self._session is session:
+                        self._drop_session()
+                if attempt == 2 or self._closing.is_set():
+                    raise
+                log.warning("connection lost, retrying", host=self.name, op=op, error=exc.message)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def read_file(self, path: str) -> bytes | None:
+        header, body = self._call("read_file", {"path": path})
+        return None if header.get("value") is None else body
+
+    def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
+        self._call("write_file", {"path": path, "mode": mode}, bytes(data))
+
+    def probe(self, name: str, /, **args: Any) -> Any:
+        header, _ = self._call("probe", {"name": name, "args": args})
+        return header.get("value")
+
+    def ping(self) -> dict[str, Any]:
+        """Round-trip to the agent; returns its pid and clock."""
+        header, _ = self._call("ping", {})
+        return header["value"]
+
+    def kill_all(self) -> None:
+        s = self._session
+        if s is not None and s.alive:
+            s.kill_all()
+
+    def close(self) -> None:
+        self._closed = True
+        self._closing.set()
+        s, self._session = self._session, None
+        if s is not None:
+            s.close(wait=True)
+
+    def __enter__(self) -> AgentTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,44 @@
+"""Shared pytest fixtures for the whole suite.
+
+Fixtures
+--------
+sshd        factory of REAL OpenSSH servers on loopback (tests/sshd.py). Call it to start one:
+
+                def test_x(sshd):
+                    server = sshd("127.0.0.2")            # fresh host key, free port
+                    t = SSHTransport(server.host_spec())  # HostSpec with key + known_hosts
+                    ...
+                    server.stop(); server.restart(new_host_key=True)
+
+            Servers of one test share one authorized client key (`sshd.client_key`); an
+            unauthorized one comes from `sshd.new_client_key("other")`. Every server is stopped
+            when the test ends. Skips the test (with the reason) when sshd cannot run here:
+            not installed, or not root (CI installs openssh-server and runs as root).
+ssh_server  one started server on 127.0.0.1 (shortcut for `sshd()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.sshd import SSHDFactory, SSHServer, sshd_unavailable
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[SSHDFactory]:
+    reason = sshd_unavailable()
+    if reason:
+        pytest.skip(reason)
+    factory = SSHDFactory(tmp_path / "sshd")
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def ssh_server(sshd: SSHDFactory) -> SSHServer:
+    return sshd()
