@@ -82,7 +82,7 @@ class Host:
             data = data.encode()
         self.transport.write_file(path, data, mode)
 
-    def probe(self, name: str, **args: Any) -> Any:
+    def probe(self, name: str, /, **args: Any) -> Any:
         """Run a named fact probe on the host and return its JSON value."""
         return self.transport.probe(name, **args)
 
