@@ -365,6 +365,9 @@ class Daemon:
                 wheel_dir = self.simdir / "wheels"
                 wheel_dir.mkdir(exist_ok=True)
                 build_standin_wheels(wheel_dir)
+                from orchestrator.sim.mirror import DEFAULT_PROJECTS, mirror_wheels
+
+                mirror_wheels(DEFAULT_PROJECTS, wheel_dir)
                 self.index = PackageIndex([wheel_dir], upstream=None)
                 self.index.start("127.0.0.1", 0)
                 self.urls["index"] = self.index.url
