@@ -174,8 +174,11 @@ class _ConnectionPool:
 
     def acquire(self, budget: float) -> Transport:
         with self._lock:
-            if self._free:
-                return self._free.pop()
+            idle = self._free.pop() if self._free else None
+        if idle is not None:
+            if not getattr(idle, "connected", True):
+                idle.connect(budget=budget)  # e.g. the container was restarted meanwhile
+            return idle
         t = self.factory(self.spec, on_wait=self.on_wait)
         t.connect(budget=budget)
         with self._lock:
