@@ -6,7 +6,8 @@ Selection rules (documented in the README):
   --from    this stage and every stage after it in playbook order.
   --skip    stage ids or `tag:NAME` to leave out.
 A dependency on a stage that is not selected is dropped (the operator asserted it is done).
-A stage's `hosts:` (names or groups) limits where it runs. A cycle is a PlanError.
+A stage's `hosts:` (names or groups), else the playbook's `hosts:`, limits where it runs.
+A cycle is a PlanError.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def build_plan(playbook: Playbook, inventory: Inventory, selection: Selection) -
     for h in hosts:
         host_stages[h] = []
         for sid, spec in stages.items():
-            if spec.hosts is None or h in _resolve_hosts(spec.hosts, inventory, f"stage {sid}"):
+            targets = spec.hosts if spec.hosts is not None else playbook.hosts
+            if targets is None or h in _resolve_hosts(targets, inventory, f"stage {sid}"):
                 host_stages[h].append(sid)
     hosts = [h for h in hosts if host_stages[h]]
     if not hosts:

@@ -141,6 +141,9 @@ class Playbook(_Strict):
 
     name: str
     description: str | None = None
+    hosts: list[str] | None = Field(
+        None, description="hosts or groups every stage runs on unless it says otherwise"
+    )
     vars_files: list[str] = Field(
         default_factory=list,
         description="YAML files of vars (relative to the playbook), merged over `vars:`",
@@ -153,6 +156,11 @@ class Playbook(_Strict):
     _source: str | None = PrivateAttr(default=None)
     # values read through `!env NAME` where NAME looks secret (see config.yamlsrc)
     _secret_values: set[str] = PrivateAttr(default_factory=set)
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
 
     @property
     def source(self) -> str | None:

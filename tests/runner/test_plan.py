@@ -87,3 +87,10 @@ def test_cycle_is_a_plan_error() -> None:
     ])
     with pytest.raises(PlanError, match="cycle"):
         build_plan(pb, INV, Selection())
+
+
+def test_playbook_hosts_is_the_default_target_of_its_stages() -> None:
+    pb = Playbook.model_validate({"name": "t", "hosts": "gpu", "stages": [
+        {"id": "s", "run": "true"}, {"id": "fix", "run": "true", "hosts": ["hyper"]}]})
+    plan = build_plan(pb, INV, Selection())
+    assert plan.host_stages == {"a": ["s"], "b": ["s"], "pve": ["fix"]}
