@@ -355,7 +355,8 @@ class Runner:
                 for sid in sorter.get_ready():
                     reason = self._blocked_reason(host, sid, blocked, unreachable)
                     if reason:
-                        blocked[sid] = reason
+                        blocked[sid] = reason if reason.startswith("after ") else blocked.get(
+                            sid, reason)
                         self._end_stage(host, sid, "skipped", 0.0, reason=reason)
                         sorter.done(sid)
                         continue
@@ -368,7 +369,7 @@ class Runner:
                     sid = running.pop(fut)
                     status = fut.result()
                     if status in ("failed", "interrupted"):
-                        blocked[sid] = f"{sid} {status}"
+                        blocked[sid] = f"{sid} {status}"  # the root cause, passed down
                     sorter.done(sid)
         if unreachable:
             with self._lock:
@@ -389,7 +390,8 @@ class Runner:
         spec = self.plan.stages[sid]
         for dep in spec.needs:
             if dep in blocked:
-                return f"needs {dep}, which did not complete ({blocked[dep]})"
+                root = blocked[dep]
+                return root if root.startswith("after ") else f"after {root}"
         return None
 
     def _host_unreachable(self, host: str, stages: dict[str, PreparedStage],

@@ -109,6 +109,11 @@ class ConsoleView:
             line.state = e.get("status", "done")
         elif kind == "run.interrupted":
             self._print("interrupted: stopping remote commands...", style="magenta")
+        elif e.get("level") in ("warning", "error", "critical"):
+            skip = {"event", "run_id", "ts", "host", "stage", "attempt", "level"}
+            extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in skip)
+            where = f"[{host}] {e['stage']}: " if e.get("stage") else (f"[{host}] " if host else "")
+            self._print(f"{where}{e['level']}: {kind} {extra}".rstrip(), style="yellow")
         elif kind == "run.end" and self._live is not None:
             self._live.stop()
             self._live = None

@@ -143,6 +143,7 @@ def new_state(
         "kmsg": [[round(1.0 + 0.4 * n, 6), line]
                  for n, line in enumerate(boot_lines(major, profile.driver_version))],
         "shm_mib": 131072,
+        "disk_gib": 3840,  # the box's model disk (a 3.84 TB NVMe); statvfs reports this size
         "time_scale": time_scale,
         "load_seconds": load_seconds,
         "nvml_absent": False,

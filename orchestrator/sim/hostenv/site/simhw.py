@@ -489,6 +489,12 @@ def fault(name: str, state: dict | None = None) -> dict | None:
     return (state.get("faults") or {}).get(name)
 
 
+def disk_gib(state: dict | None = None) -> int:
+    """Size of the box's disk as statvfs reports it (the real one under it is smaller)."""
+    state = state if state is not None else read_state()
+    return int(state.get("disk_gib", 3840))
+
+
 def shm_mib(state: dict | None = None) -> int:
     state = state if state is not None else read_state()
     f = fault("shm-small", state)

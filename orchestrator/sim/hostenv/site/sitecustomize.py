@@ -10,8 +10,9 @@ statvfs/rename/replace/unlink/remove/mkdir/rmdir/chmod/utime so that ONLY these 
 * ``/dev/nvidia0..N``, ``/dev/nvidiactl``, ``/dev/nvidia-modeset``, ``/dev/nvidia-uvm``,
   ``/dev/nvidia-uvm-tools``: character devices with the simulated major/minor; opening one fails
   with EPERM when the device cgroup does not allow its major (ENXIO when no driver answers it);
-* ``os.statvfs('/dev/shm')`` reports the simulated shm size; with the ``disk-full`` fault
-  ``os.statvfs`` of the host's root (and ``/``) reports almost no free space;
+* ``os.statvfs('/dev/shm')`` reports the simulated shm size; ``os.statvfs`` of the host's root
+  (and ``/``) reports the box's disk (``disk_gib`` in the state, 3840 by default) less what is
+  really used underneath, and almost no free space with the ``disk-full`` fault;
 * ``/var/log/...`` is the host's ROOT/var/log/..., and on a hypervisor ``/etc/pve/...`` is
   ROOT/etc/pve/...
 
@@ -371,12 +372,15 @@ def _statvfs_hw(path):
     c = _classify(path)
     real = _real["statvfs"](c[1] if c and c[0] == "redirect" else path)
     if (_ROOT and _under(p, _ROOT)) or p == "/" or (c and c[0] == "redirect"):
+        # The box's own disk: its simulated size, less what is really used underneath.
+        blocks = _simhw().disk_gib() * (1 << 30) // real.f_frsize
+        free = max(0, blocks - (real.f_blocks - real.f_bfree))
         full = _simhw().fault("disk-full")
         if full is not None:
             free = int(full.get("free_mib", 100)) * 1024 * 1024 // real.f_frsize
-            return os.statvfs_result((real.f_bsize, real.f_frsize, real.f_blocks, free, free,
-                                      real.f_files, real.f_ffree, real.f_favail, real.f_flag,
-                                      real.f_namemax))
+        return os.statvfs_result((real.f_bsize, real.f_frsize, blocks, free, free,
+                                  real.f_files, real.f_ffree, real.f_favail, real.f_flag,
+                                  real.f_namemax))
     return real
 
 
