@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PYTEST  ?= $(BIN)/pytest
 
-.PHONY: help venv test lint bench demo clean
+.PHONY: help venv test lint bench demo hello clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -27,8 +27,11 @@ lint: venv  ## ruff
 bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
 
-demo: venv  ## deploy the example playbook (see README)
+demo: venv  ## deploy Kimi K2.6 + EAGLE-3 to a simulated 8-GPU host, twice, then stop it
+	BIN=$(BIN) bash scripts/demo.sh
+
+hello: venv  ## the small example playbook on localhost
 	$(BIN)/orchestrator deploy playbooks/examples/hello.yaml -i configs/inventory/local.yaml
 
 clean:  ## remove the venv, caches and run records
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) runs .sim .pytest_cache .ruff_cache *.egg-info

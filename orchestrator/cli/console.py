@@ -174,3 +174,32 @@ def summary_table(record: dict[str, Any]) -> Table:
                                   style=STYLE.get(status, "")))
         table.add_row(s, *cells)
     return table
+
+
+#: facts worth a line in the closing summary, by key, with how to show them
+HIGHLIGHTS: dict[str, str] = {
+    "ready_after_s": "ready after {:.1f}s",
+    "accept_length": "accept length {:.2f}",
+    "version": "SGLang {}",
+    "model": "model {}",
+}
+
+
+def highlights(record: dict[str, Any]) -> list[str]:
+    """One line per host with the headline facts (readiness time, accept length, ...)."""
+    lines = []
+    for host, h in record["hosts"].items():
+        parts = []
+        for facts in h.get("facts", {}).values():
+            if not isinstance(facts, dict):
+                continue
+            for key, fmt in HIGHLIGHTS.items():
+                value = facts.get(key)
+                if value is not None:
+                    try:
+                        parts.append(fmt.format(value))
+                    except (ValueError, TypeError):
+                        parts.append(f"{key} {value}")
+        if parts:
+            lines.append(f"{host}: " + ", ".join(parts))
+    return lines

@@ -137,7 +137,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from orchestrator.cli.console import ConsoleView, summary_table
+    from orchestrator.cli.console import ConsoleView, highlights, summary_table
     from orchestrator.cli.logsetup import configure
     from orchestrator.config.model import parse_duration
     from orchestrator.events import EventBus, JsonlWriter, RunRecord, new_run_id
@@ -191,6 +191,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
         out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
         out.print(summary_table(record.data))
+        for line in highlights(record.data):
+            out.print(line)
         counts: dict[str, int] = {}
         for h in record.data["hosts"].values():
             for st in h["stages"].values():
