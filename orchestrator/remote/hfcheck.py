@@ -1,0 +1,306 @@
+"""Hugging Face downloads ON the host: a stat probe, and a script for a python with huggingface_hub.
+
+Two uses of this one file (stdlib only at import time, Python 3.8+):
+
+* Shipped with the agent: probe ``hf_stat(root, paths)`` -> ``{path: [size, mtime_ns] | None}``,
+  the cheap check of a verified download (no hashing).
+* Run as a program by a python that has huggingface_hub (the venv's), as
+  ``PY -c SOURCE OP ARGS_JSON``; OP is one of:
+
+  - ``resolve``: the commit a revision names (a 40-hex revision is returned as is, no network).
+  - ``download``: ``snapshot_download`` of the resolved commit into ``local_dir`` (it resumes
+    partial files and skips complete ones), printing ``ORCH_PROGRESS done total`` lines to stderr
+    every ``progress_interval`` seconds.
+  - ``verify``: list the commit's files on the hub (``list_repo_tree``, recursive, filtered by the
+    same patterns), then check each local file's size and hash (sha256 for LFS files against
+    ``lfs.sha256``, the git blob sha1 for small files against the blob id), hashing in parallel.
+    A file with the wrong size or hash is DELETED (with huggingface_hub's bookkeeping for it) so
+    the next download fetches it again.
+
+  The last stdout line is ``ORCH_RESULT {json}``: the op's result, or ``{"error": {"kind",
+  "status", "message"}}`` with exit code 2. Kinds: gated, unauthorized, repo_not_found,
+  revision_not_found, entry_not_found, http, network, disk, missing_library, failed. The token
+  comes from the environment (HF_TOKEN) and is never printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+
+try:  # shipped with the agent: registered as a probe there
+    from orchestrator.remote.probes import probe
+except ImportError:  # run as a program by a python without the orchestrator package
+
+    def probe(name):  # type: ignore[no-redef]
+        """No-op stand-in when the probe registry is not available."""
+        return lambda fn: fn
+
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+CHUNK = 8 * 1024 * 1024
+BOOKKEEPING = (".cache", ".orchestrator")
+
+
+@probe("hf_stat")
+def hf_stat(root: str, paths: list) -> dict:
+    """Size and mtime (ns) of each ``root/path``; None for a missing file."""
+    out = {}
+    for rel in paths:
+        try:
+            st = os.stat(os.path.join(root, rel))
+        except OSError:
+            out[rel] = None
+            continue
+        out[rel] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+# ------------------------------------------------------------------------ run as a program
+
+
+class _Failure(Exception):
+    def __init__(self, kind: str, message: str, status=None):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+def _emit(obj: dict) -> None:
+    sys.stdout.write("ORCH_RESULT " + json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _progress(*fields) -> None:
+    sys.stderr.write("ORCH_PROGRESS " + " ".join(str(f) for f in fields) + "\n")
+    sys.stderr.flush()
+
+
+def _api(args: dict):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=args.get("endpoint") or None)
+
+
+def _resolve(args: dict) -> str:
+    rev = args["revision"]
+    if COMMIT_RE.match(rev):
+        return rev
+    info = _api(args).repo_info(args["repo"], revision=rev, repo_type=args["repo_type"])
+    return info.sha
+
+
+def _listing(args: dict, commit: str) -> list:
+    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub.utils import filter_repo_objects
+
+    entries = [
+        e for e in _api(args).list_repo_tree(
+            args["repo"], revision=commit, recursive=True, repo_type=args["repo_type"])
+        if isinstance(e, RepoFile)
+    ]
+    keep = filter_repo_objects(entries, allow_patterns=args.get("allow_patterns"),
+                               ignore_patterns=args.get("ignore_patterns"), key=lambda e: e.path)
+    out = []
+    for e in keep:
+        lfs = getattr(e, "lfs", None)
+        sha256 = None
+        if lfs is not None:
+            sha256 = lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
+        out.append({"path": e.path, "size": e.size, "blob_id": e.blob_id, "sha256": sha256})
+    return out
+
+
+def _local_bytes(local_dir: str, files: list) -> int:
+    total = 0
+    for f in files:
+        try:
+            total += os.stat(os.path.join(local_dir, f["path"])).st_size
+        except OSError:
+            pass
+    partial = os.path.join(local_dir, ".cache", "huggingface", "download")
+    for dirpath, _dirs, names in os.walk(partial):
+        for name in names:
+            if name.endswith(".incomplete"):
+                try:
+                    total += os.stat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+def _download(args: dict) -> dict:
+    from huggingface_hub import snapshot_download
+
+    commit = _resolve(args)
+    files = _listing(args, commit)
+    total = sum(f["size"] for f in files)
+    done = threading.Event()
+
+    def report() -> None:
+        while not done.wait(args.get("progress_interval", 10.0)):
+            _progress("download", _local_bytes(args["local_dir"], files), total, len(files))
+
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
+    try:
+        snapshot_download(
+            repo_id=args["repo"], repo_type=args["repo_type"], revision=commit,
+            local_dir=args["local_dir"], allow_patterns=args.get("allow_patterns"),
+            ignore_patterns=args.get("ignore_patterns"), max_workers=args.get("max_workers", 8),
+        )
+    finally:
+        done.set()
+    _progress("download", total, total, len(files))
+    return {"commit": commit, "files": len(files), "bytes": total}
+
+
+def _git_blob_sha1(path: str, size: int) -> str:
+    import hashlib
+
+    h = hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _forget(local_dir: str, rel: str) -> None:
+    """Delete a bad file and huggingface_hub's metadata about it, so it is fetched again."""
+    for path in (os.path.join(local_dir, rel),
+                 os.path.join(local_dir, ".cache", "huggingface", "download", rel + ".metadata")):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _verify(args: dict) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    commit = args.get("commit") or _resolve(args)
+    files = _listing(args, commit)
+    local_dir = args["local_dir"]
+    total = sum(f["size"] for f in files)
+    hashed = [0]
+    lock = threading.Lock()
+    last = [time.monotonic()]
+    interval = args.get("progress_interval", 10.0)
+
+    def check(f: dict) -> dict:
+        path = os.path.join(local_dir, f["path"])
+        try:
+            st = os.stat(path)
+        except OSError:
+            return {"path": f["path"], "problem": "missing", "expected": f["size"]}
+        if st.st_size != f["size"]:
+            _forget(local_dir, f["path"])
+            return {"path": f["path"], "problem": "size", "expected": f["size"],
+                    "actual": st.st_size}
+        if f["sha256"]:
+            algo, expected, actual = "sha256", f["sha256"], _sha256(path)
+        else:
+            algo, expected, actual = "git-sha1", f["blob_id"], _git_blob_sha1(path, st.st_size)
+        with lock:
+            hashed[0] += st.st_size
+            if time.monotonic() - last[0] >= interval:
+                last[0] = time.monotonic()
+                _progress("verify", hashed[0], total, len(files))
+        if actual != expected:
+            _forget(local_dir, f["path"])
+            return {"path": f["path"], "problem": "hash", "algo": algo, "expected": expected,
+                    "actual": actual}
+        return {"path": f["path"], "size": st.st_size, "hash": algo + ":" + actual,
+                "mtime_ns": st.st_mtime_ns}
+
+    workers = max(1, min(int(args.get("max_workers", 8)), len(files) or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(check, files))
+    _progress("verify", total, total, len(files))
+    return {
+        "commit": commit,
+        "files": [r for r in results if "problem" not in r],
+        "problems": [r for r in results if "problem" in r],
+        "bytes": total,
+        "extra": _extra_files(local_dir, {f["path"] for f in files}),
+    }
+
+
+def _extra_files(local_dir: str, expected: set) -> list:
+    """Files in local_dir that are not part of the commit (e.g. left by an older revision)."""
+    extra = []
+    for dirpath, dirs, names in os.walk(local_dir):
+        rel_dir = os.path.relpath(dirpath, local_dir)
+        if rel_dir == ".":
+            dirs[:] = [d for d in dirs if d not in BOOKKEEPING]
+            rel_dir = ""
+        for name in names:
+            rel = (rel_dir + "/" + name) if rel_dir else name
+            if rel not in expected:
+                extra.append(rel)
+    return sorted(extra)[:100]
+
+
+def _classify(exc: BaseException) -> _Failure:
+    names = [c.__name__ for c in type(exc).__mro__]
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    message = str(exc).strip()[:800]
+    if "GatedRepoError" in names:
+        return _Failure("gated", message, status)
+    if "RepositoryNotFoundError" in names:
+        return _Failure("repo_not_found", message, status)
+    if "RevisionNotFoundError" in names:
+        return _Failure("revision_not_found", message, status)
+    if "EntryNotFoundError" in names or "RemoteEntryNotFoundError" in names:
+        return _Failure("entry_not_found", message, status)
+    if "HfHubHTTPError" in names:
+        if status in (401, 403):
+            return _Failure("unauthorized", message, status)
+        return _Failure("http", message, status)
+    if ("LocalEntryNotFoundError" in names or "OfflineModeIsEnabled" in names
+            or any("Connect" in n or "Timeout" in n or n == "NetworkError" for n in names)):
+        return _Failure("network", message, status)
+    if isinstance(exc, OSError) and getattr(exc, "errno", None) == 28:
+        return _Failure("disk", message, status)
+    return _Failure("failed", f"{type(exc).__name__}: {message}", status)
+
+
+def main(argv: list) -> int:
+    """Run one op; print ORCH_RESULT; exit 0, or 2 with an error object."""
+    op, args = argv[0], json.loads(argv[1])
+    ops = {"resolve": lambda a: {"commit": _resolve(a)}, "download": _download,
+           "verify": _verify}
+    try:
+        try:
+            import huggingface_hub  # noqa: F401
+        except ImportError as exc:
+            raise _Failure("missing_library", f"huggingface_hub is not installed for "
+                           f"{sys.executable}: {exc}") from None
+        _emit(ops[op](args))
+        return 0
+    except _Failure as exc:
+        _emit({"error": {"kind": exc.kind, "status": exc.status, "message": str(exc)}})
+        return 2
+    except Exception as exc:  # every failure becomes one JSON answer
+        f = _classify(exc)
+        _emit({"error": {"kind": f.kind, "status": f.status, "message": str(f)}})
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,326 @@
+"""The `hf_download` stage kind: one revision of a hub repo, complete and verified, on disk.
+
+    - id: drafter
+      uses: hf_download
+      needs: [packages]                  # the python below needs huggingface_hub
+      with:
+        python: /opt/orchestrator/venvs/sglang/bin/python
+        repo: lightseekorg/kimi-k2.6-eagle3
+        revision: 0123456789abcdef0123456789abcdef01234567   # pin a commit; a branch warns
+        local_dir: /opt/orchestrator/models/kimi-k2.6-eagle3
+        endpoint: https://huggingface.co                      # HF_ENDPOINT
+        token: "{{ hf_token }}"                               # HF_TOKEN, environment only
+        allow_patterns: ["*.json", "*.safetensors", "tiktoken.model", "*.py"]
+
+Everything runs ON the host with `python` (which must have huggingface_hub):
+
+* apply: `snapshot_download(repo, revision=COMMIT, local_dir=...)` (resumes partial files, skips
+  complete ones), with HF_ENDPOINT, HF_TOKEN and HF_HUB_DISABLE_TELEMETRY=1 in its environment.
+  Progress (bytes on disk / total) is shown while it runs.
+* verify: lists the commit's files on the hub and checks every local file's size and hash, on
+  the host (sha256 of LFS files against the hub's lfs.sha256; the git blob sha1 of small files).
+  A file with a wrong size or hash is named (expected and actual) and DELETED, so the next run
+  downloads it again. On success it writes `LOCAL_DIR/.orchestrator/manifest.json` atomically:
+  repo, commit, patterns, and per file its path, size, hash and mtime.
+* check: converged when the manifest's commit is the one `revision` names (a branch is resolved
+  through the hub; a 40-hex commit needs no network) and every file of the manifest exists with
+  the recorded size and mtime. This is cheap (no re-hash of hundreds of GB), so a file corrupted
+  in place with its size and mtime preserved is NOT noticed by check; every verify (each apply,
+  or after deleting the manifest) re-hashes everything and catches it.
+
+A branch `revision` (not a 40-hex commit) is logged as a warning and recorded
+(`revision_pinned: false`): the files change whenever the branch moves.
+
+Facts recorded: repo, commit, files (count), bytes (size on disk), revision_pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+
+from orchestrator.errors import CommandFailed, StageError
+from orchestrator.host import Host
+from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+MANIFEST = ".orchestrator/manifest.json"
+QUICK = 300.0
+_SCRIPT = (Path(__file__).resolve().parent.parent / "remote" / "hfcheck.py").read_text("utf-8")
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class HfDownloadParams(Params):
+    """Parameters of the hf_download kind."""
+
+    python: str = Field(
+        "python3", description="python on the host that has huggingface_hub (the venv's)"
+    )
+    repo: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$", description="repo id, org/name")
+    revision: str = Field(
+        "main", min_length=1, description="40-hex commit (recommended) or branch/tag name"
+    )
+    local_dir: str = Field(description="folder on the host that receives the files")
+    allow_patterns: list[str] | None = Field(None, description="only files matching these globs")
+    ignore_patterns: list[str] | None = Field(None, description="skip files matching these globs")
+    endpoint: str | None = Field(None, description="hub URL (HF_ENDPOINT)")
+    token: SecretStr | None = Field(
+        None, description="hub token; travels only in the environment (HF_TOKEN)"
+    )
+    max_workers: int = Field(8, ge=1, le=64, description="parallel downloads and hash threads")
+    repo_type: Literal["model", "dataset", "space"] = "model"
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment (proxies)")
+    progress_interval: float = Field(10.0, gt=0, description="seconds between progress lines")
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _empty_token(cls, v: Any) -> Any:
+        return None if v in ("", None) else v
+
+
+class HfDownloadStage(Stage, kind="hf_download"):
+    """Download one revision of a hub repo to a folder on the host and prove it is complete."""
+
+    Params = HfDownloadParams
+    params: HfDownloadParams
+    _commit: str | None = None
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def manifest_path(self) -> str:
+        return self.params.local_dir.rstrip("/") + "/" + MANIFEST
+
+    def _env(self, ctx: StageContext) -> dict[str, str]:
+        p = self.params
+        env = {**ctx.env, **p.env, "HF_HUB_DISABLE_TELEMETRY": "1",
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        if p.endpoint:
+            env["HF_ENDPOINT"] = p.endpoint.rstrip("/")
+        if p.token is not None:
+            env["HF_TOKEN"] = p.token.get_secret_value()
+        return env
+
+    def _args(self, **extra: Any) -> str:
+        p = self.params
+        return json.dumps({
+            "repo": p.repo, "revision": p.revision, "repo_type": p.repo_type,
+            "local_dir": p.local_dir, "allow_patterns": p.allow_patterns,
+            "ignore_patterns": p.ignore_patterns, "max_workers": p.max_workers,
+            "endpoint": p.endpoint.rstrip("/") if p.endpoint else None,
+            "progress_interval": p.progress_interval, **extra,
+        })
+
+    def _script(self, host: Host, ctx: StageContext, op: str, *, timeout: float | None,
+                **extra: Any) -> dict[str, Any]:
+        """Run one op of remote/hfcheck.py on the host; return its result or raise StageError."""
+        started = time.monotonic()
+
+        def on_output(_stream: str, text: str) -> None:
+            for line in text.splitlines():
+                if line.startswith("ORCH_PROGRESS "):
+                    _show_progress(ctx, line.split()[1:], time.monotonic() - started)
+
+        result = host.run_argv([self.params.python, "-c", _SCRIPT, op, self._args(**extra)],
+                               timeout=timeout, env=self._env(ctx), on_output=on_output)
+        answer = None
+        for line in reversed(result.stdout.splitlines()):
+            if line.startswith("ORCH_RESULT "):
+                answer = json.loads(line[len("ORCH_RESULT "):])
+                break
+        if answer is None:
+            raise CommandFailed(result, what=f"{op} of {self.params.repo} failed on the host",
+                                hint=f"check that {self.params.python} exists and runs")
+        if "error" in answer:
+            raise self._error(op, answer["error"])
+        return answer
+
+    def _error(self, op: str, err: dict[str, Any]) -> StageError:
+        p = self.params
+        kind, message, status = err.get("kind"), err.get("message", ""), err.get("status")
+        where = p.endpoint or "the hub"
+        head = f"{op} of {p.repo}@{p.revision} failed"
+        first = message.splitlines()[0] if message else ""
+        if kind == "gated":
+            return StageError(
+                f"{head}: {p.repo} is gated (HTTP {status}) and "
+                + ("the token was refused" if p.token else "no token was given"),
+                hint=f"accept the model's license on its hub page ({where}/{p.repo}) with your "
+                "account, then set HF_TOKEN to a token of that account (`token:` param, "
+                "e.g. `token: \"{{ hf_token }}\"` with `hf_token: !env HF_TOKEN`)",
+            )
+        if kind == "unauthorized":
+            return StageError(
+                f"{head}: the hub refused the request (HTTP {status}): {first}",
+                hint="set HF_TOKEN to a valid token (`token:` param) that can read "
+                f"{p.repo}, and accept its license if it is gated",
+            )
+        if kind == "repo_not_found":
+            return StageError(
+                f"{head}: repository {p.repo} not found on {where}"
+                + (" (or it is private and the token cannot read it)" if p.token else ""),
+                hint="check the repo id spelling; a private repo needs HF_TOKEN (`token:`)",
+            )
+        if kind == "revision_not_found":
+            return StageError(
+                f"{head}: revision {p.revision!r} does not exist in {p.repo}",
+                hint="use an existing branch, tag or full 40-hex commit of that repo",
+            )
+        if kind == "network":
+            return StageError(
+                f"{head}: cannot reach {where}: {first}",
+                hint="check the host's network/proxy (`env: {HTTPS_PROXY: ...}`) and `endpoint`",
+            )
+        if kind == "disk":
+            return StageError(f"{head}: no space left under {p.local_dir}: {first}",
+                              hint="free disk space or choose another `local_dir`")
+        if kind == "missing_library":
+            return StageError(f"{head}: {message}",
+                              hint=f"install huggingface_hub into {p.python}'s environment "
+                              "(a pip_install stage in `needs:`)")
+        return StageError(f"{head}: {message}")
+
+    def _resolve(self, host: Host, ctx: StageContext) -> str:
+        p = self.params
+        if COMMIT_RE.match(p.revision):
+            ctx.record("revision_pinned", True)
+            return p.revision
+        commit = self._script(host, ctx, "resolve", timeout=QUICK)["commit"]
+        ctx.log.warning("hf_download.unpinned_revision", repo=p.repo, revision=p.revision,
+                        commit=commit, hint="pin `revision` to the 40-hex commit")
+        ctx.record("revision_pinned", False)
+        ctx.record("resolved_commit", commit)
+        return commit
+
+    def _read_manifest(self, host: Host) -> dict[str, Any] | None:
+        try:
+            data = host.read_json(self.manifest_path)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
+
+    def _record(self, ctx: StageContext, commit: str, files: list[dict[str, Any]]) -> None:
+        total = sum(int(f["size"]) for f in files)
+        ctx.record("repo", self.params.repo)
+        ctx.record("commit", commit)
+        ctx.record("files", len(files))
+        ctx.record("bytes", total)
+
+    # ------------------------------------------------------------------ stage interface
+
+    def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        p = self.params
+        manifest = self._read_manifest(host)
+        if manifest is None:
+            return Needed(f"{p.local_dir} holds no verified download of {p.repo} "
+                          f"(no {MANIFEST})")
+        if manifest.get("repo") != p.repo or manifest.get("repo_type", "model") != p.repo_type:
+            return Needed(f"{p.local_dir} holds {manifest.get('repo')}, not {p.repo}")
+        if (manifest.get("allow_patterns") != p.allow_patterns
+                or manifest.get("ignore_patterns") != p.ignore_patterns):
+            return Needed("allow_patterns/ignore_patterns changed since the verified download")
+        if not COMMIT_RE.match(p.revision):
+            probe = host.run_argv([p.python, "-c", "import huggingface_hub"], timeout=QUICK,
+                                  env=self._env(ctx))
+            if not probe.ok:
+                return Needed(f"cannot resolve {p.revision!r} yet: {p.python} has no "
+                              "huggingface_hub")
+        commit = self._resolve(host, ctx)
+        if manifest.get("commit") != commit:
+            return Needed(f"{p.local_dir} holds commit {str(manifest.get('commit'))[:12]}, "
+                          f"{p.revision} is {commit[:12]}")
+        files = manifest["files"]
+        stats = host.probe("hf_stat", root=p.local_dir, paths=[f["path"] for f in files])
+        changed = []
+        for f in files:
+            st = stats.get(f["path"])
+            if st is None:
+                changed.append(f"{f['path']} (missing)")
+            elif st[0] != f["size"]:
+                changed.append(f"{f['path']} (size {st[0]} != {f['size']})")
+            elif st[1] != f["mtime_ns"]:
+                changed.append(f"{f['path']} (modified since verified)")
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
+                                              if len(changed) > 5 else "")
+            return Needed(f"{len(changed)} file(s) differ from the verified download: {shown}")
+        self._record(ctx, commit, files)
+        total = sum(int(f["size"]) for f in files)
+        return Converged(f"{len(files)} files of {p.repo}@{commit[:12]} present "
+                         f"({human_bytes(total)})")
+
+    def apply(self, host: Host, ctx: StageContext) -> None:
+        p = self.params
+        commit = self._resolve(host, ctx)
+        ctx.progress(f"downloading {p.repo}@{commit[:12]} to {p.local_dir}")
+        answer = self._script(host, ctx, "download", timeout=ctx.timeout,
+                              revision=commit)
+        self._commit = answer["commit"]
+        ctx.log.info("hf_download.downloaded", repo=p.repo, commit=answer["commit"],
+                     files=answer["files"], bytes=answer["bytes"])
+
+    def verify(self, host: Host, ctx: StageContext) -> None:
+        p = self.params
+        commit = self._commit or self._resolve(host, ctx)
+        ctx.progress(f"verifying {p.repo}@{commit[:12]} (hashing on the host)")
+        answer = self._script(host, ctx, "verify", timeout=ctx.timeout, revision=commit,
+                              commit=commit)
+        problems = answer["problems"]
+        if problems:
+            raise StageError(
+                f"{len(problems)} file(s) of {p.repo}@{commit[:12]} in {p.local_dir} are "
+                "wrong:\n" + "\n".join("    " + _describe(x) for x in problems),
+                hint="the bad files were deleted: run again to download them again "
+                "(repeated hash mismatches point at the disk or a proxy altering downloads)",
+            )
+        manifest = {
+            "repo": p.repo, "repo_type": p.repo_type, "revision": p.revision, "commit": commit,
+            "allow_patterns": p.allow_patterns, "ignore_patterns": p.ignore_patterns,
+            "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "bytes": answer["bytes"], "files": answer["files"],
+        }
+        extra = answer.get("extra") or []
+        if extra:
+            ctx.log.warning("hf_download.extra_files", local_dir=p.local_dir, files=extra[:20],
+                            hint="files not in this commit (an older revision's?); loaders that "
+                            "glob *.safetensors may pick them up: remove them")
+            ctx.record("extra_files", extra)
+        host.write_file(self.manifest_path, json.dumps(manifest, indent=1) + "\n")
+        self._record(ctx, commit, answer["files"])
+        ctx.log.info("hf_download.verified", repo=p.repo, commit=commit,
+                     files=len(answer["files"]), bytes=answer["bytes"])
+
+
+def _describe(problem: dict[str, Any]) -> str:
+    path = problem["path"]
+    if problem["problem"] == "missing":
+        return f"{path}: missing (expected {problem['expected']} bytes)"
+    if problem["problem"] == "size":
+        return (f"{path}: size {problem['actual']} bytes, expected {problem['expected']} "
+                "(deleted)")
+    return (f"{path}: {problem['algo']} {problem['actual']}, expected {problem['expected']} "
+            "(deleted)")
+
+
+def _show_progress(ctx: StageContext, fields: list[str], elapsed: float) -> None:
+    try:
+        what, done, total = fields[0], int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return
+    pct = f" ({100 * done / total:.0f}%)" if total else ""
+    verb = "downloaded" if what == "download" else "hashed"
+    rate = f", {human_bytes(done / elapsed)}/s" if elapsed > 1 and what == "download" else ""
+    ctx.progress(f"{verb} {human_bytes(done)} of {human_bytes(total)}{pct}{rate}")

@@ -1,0 +1,303 @@
+"""The `pip_install` stage kind: make a venv's installed distributions satisfy requirements.
+
+    - id: packages
+      uses: pip_install
+      needs: [venv]
+      with:
+        python: /opt/orchestrator/venvs/sglang/bin/python
+        index_url: https://pypi.org/simple        # passed as PIP_INDEX_URL, never on argv
+        requirements:
+          - sglang==0.5.23
+          - compressed-tensors>=0.10.0           # nvfp4-pack-quantized needs >= 0.10.0
+          - huggingface_hub==2.4.0
+
+Check (no pip involved): one `python -c` prints the installed version of every requirement's
+distribution (`importlib.metadata`, absent -> null) and the host's PEP 508 marker environment;
+the specifiers are evaluated here with `packaging`. A requirement whose marker is false on the
+host is skipped. Extras (`pkg[extra]`) and URL requirements are judged by the base
+distribution's version only.
+
+Apply: `python -m pip install --disable-pip-version-check --upgrade-strategy S REQ...` with only
+the unsatisfied requirements (each quoted). Index settings travel in pip's environment variables
+(PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_TRUSTED_HOST), because index URLs may
+hold credentials; records show them with the credentials masked. Verify re-checks.
+
+Security: `extra_index_urls` lets pip pick a distribution from ANY of the indexes, whichever has
+the highest matching version; a public index can then shadow a private package of the same name
+("dependency confusion"). Prefer a single `index_url` that proxies the others, pin exact versions,
+or use `find_links` for local wheels.
+
+Facts recorded: versions (name -> installed version or None), installed (the requirements pip
+was asked for, when it ran), index_url (masked).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+from pydantic import Field, field_validator
+
+from orchestrator.errors import CommandFailed, StageError
+from orchestrator.host import Host
+from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+
+QUICK = 120.0
+
+# Runs ON the host with the venv's python (stdlib only, 3.8+): installed versions + markers env.
+_VERSIONS = r"""
+import json, os, platform, re, sys
+try:
+    import importlib.metadata as md
+except ImportError:
+    md = None
+def norm(n):
+    return re.sub(r"[-_.]+", "-", n).lower()
+names = json.loads(sys.argv[1])
+out = {}
+dists = None
+for name in names:
+    v = None
+    if md is not None:
+        try:
+            v = md.version(name)
+        except Exception:
+            if dists is None:
+                dists = {}
+                for d in md.distributions():
+                    try:
+                        dists.setdefault(norm(d.metadata["Name"] or ""), d.version)
+                    except Exception:
+                        pass
+            v = dists.get(norm(name))
+    out[name] = v
+def fmt(info):
+    v = "%d.%d.%d" % (info.major, info.minor, info.micro)
+    if info.releaselevel != "final":
+        v += info.releaselevel[0] + str(info.serial)
+    return v
+env = {
+    "implementation_name": sys.implementation.name,
+    "implementation_version": fmt(sys.implementation.version),
+    "os_name": os.name,
+    "platform_machine": platform.machine(),
+    "platform_release": platform.release(),
+    "platform_system": platform.system(),
+    "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]),
+    "sys_platform": sys.platform,
+}
+print(json.dumps({"versions": out, "env": env}))
+"""
+
+_NO_MATCH = ("No matching distribution found", "Could not find a version that satisfies")
+_NETWORK = ("NewConnectionError", "Max retries exceeded", "Could not fetch URL",
+            "Connection refused", "Name or service not known", "Temporary failure in name")
+
+
+def mask_url(url: str) -> str:
+    """`url` with any user/password replaced by ***: safe for records and messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc="***@" + host))
+
+
+class PipInstallParams(Params):
+    """Parameters of the pip_install kind."""
+
+    python: str = Field(description="the venv's python on the host, e.g. VENV/bin/python")
+    requirements: list[str] = Field(
+        min_length=1, description="PEP 508 requirements, e.g. 'compressed-tensors>=0.10.0'"
+    )
+    index_url: str | None = Field(
+        None, description="package index (PIP_INDEX_URL); may hold credentials, kept secret"
+    )
+    extra_index_urls: list[str] = Field(
+        default_factory=list,
+        description="more indexes (PIP_EXTRA_INDEX_URL). Beware dependency confusion: pip takes "
+        "the highest version from any index",
+    )
+    find_links: list[str] = Field(
+        default_factory=list, description="folders or URLs of wheels (PIP_FIND_LINKS)"
+    )
+    trusted_hosts: list[str] = Field(
+        default_factory=list, description="hosts pip may reach without valid HTTPS"
+    )
+    upgrade_strategy: Literal["only-if-needed", "eager"] = Field(
+        "only-if-needed", description="how pip treats dependencies of what it installs"
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="extra environment for pip (proxies, PIP_* settings)"
+    )
+
+    @field_validator("requirements")
+    @classmethod
+    def _parse(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                Requirement(text)
+            except InvalidRequirement as exc:
+                raise ValueError(f"{text!r} is not a PEP 508 requirement: {exc}") from None
+        return value
+
+
+class PipInstallStage(Stage, kind="pip_install"):
+    """Install or upgrade distributions until every requirement is satisfied."""
+
+    Params = PipInstallParams
+    params: PipInstallParams
+    _python_error: str = ""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _env(self, ctx: StageContext) -> dict[str, str]:
+        p = self.params
+        env = {**ctx.env, **p.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+        if p.index_url:
+            env["PIP_INDEX_URL"] = p.index_url
+        if p.extra_index_urls:
+            env["PIP_EXTRA_INDEX_URL"] = " ".join(p.extra_index_urls)
+        if p.find_links:
+            env["PIP_FIND_LINKS"] = " ".join(p.find_links)
+        if p.trusted_hosts:
+            env["PIP_TRUSTED_HOST"] = " ".join(p.trusted_hosts)
+        return env
+
+    def _installed(self, host: Host, ctx: StageContext) -> tuple[dict[str, str | None],
+                                                                  dict[str, str]] | None:
+        """Installed versions by requirement name and the marker environment; None if the
+        python does not run (the venv is not there yet)."""
+        names = sorted({Requirement(r).name for r in self.params.requirements})
+        env = {**ctx.env, **self.params.env}
+        r = host.run_argv([self.params.python, "-c", _VERSIONS, json.dumps(names)],
+                          timeout=QUICK, env=env)
+        if not r.ok:
+            self._python_error = r.tail(3).strip() or f"exit code {r.exit_code}"
+            return None
+        try:
+            data = json.loads(r.stdout.strip().splitlines()[-1])
+            return data["versions"], data["env"]
+        except (ValueError, KeyError, IndexError):
+            raise StageError(
+                f"{self.params.python} printed something unexpected instead of the installed "
+                f"versions: {r.tail(5)!r}",
+                hint="check that this python starts cleanly (no output from sitecustomize)",
+            ) from None
+
+    def _evaluate(self, versions: dict[str, str | None],
+                  marker_env: dict[str, str]) -> list[tuple[str, str]]:
+        """(requirement, problem) for every unsatisfied requirement."""
+        env = {**default_environment(), **marker_env, "extra": ""}
+        problems = []
+        for text in self.params.requirements:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            have = versions.get(req.name)
+            if have is None:
+                problems.append((text, f"{req.name} is not installed"))
+                continue
+            if not req.specifier:
+                continue
+            try:
+                ok = req.specifier.contains(Version(have), prereleases=True)
+            except InvalidVersion:
+                ok = False
+            if not ok:
+                problems.append((text, f"{req.name} {have} does not satisfy {req.specifier}"))
+        return problems
+
+    def _record(self, ctx: StageContext, versions: dict[str, str | None]) -> None:
+        ctx.record("versions", dict(versions))
+        if self.params.index_url:
+            ctx.record("index_url", mask_url(self.params.index_url))
+
+    # ------------------------------------------------------------------ stage interface
+
+    def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        found = self._installed(host, ctx)
+        if found is None:
+            return Needed(f"{self.params.python} does not run yet ({self._python_error})")
+        versions, marker_env = found
+        problems = self._evaluate(versions, marker_env)
+        self._record(ctx, versions)
+        if problems:
+            return Needed("; ".join(problem for _, problem in problems))
+        shown = ", ".join(f"{n} {v}" for n, v in versions.items() if v)
+        return Converged(f"all {len(self.params.requirements)} requirements satisfied ({shown})")
+
+    def apply(self, host: Host, ctx: StageContext) -> None:
+        p = self.params
+        found = self._installed(host, ctx)
+        if found is None:
+            raise StageError(
+                f"{p.python} does not run: {self._python_error}",
+                hint="create the venv first (a python_venv stage in `needs:`)",
+            )
+        todo = [text for text, _ in self._evaluate(*found)]
+        if not todo:
+            return
+        argv = [p.python, "-m", "pip", "install", "--disable-pip-version-check",
+                "--upgrade-strategy", p.upgrade_strategy, *todo]
+        ctx.record("installed", todo)
+        ctx.progress("pip install " + " ".join(todo))
+        result = host.run_argv(
+            argv, timeout=ctx.timeout, env=self._env(ctx),
+            on_output=lambda _s, text: _progress_line(ctx, text),
+        )
+        if not result.ok:
+            raise CommandFailed(result, what=f"pip install {' '.join(todo)} failed",
+                                hint=self._hint(result.stdout + result.stderr))
+
+    def verify(self, host: Host, ctx: StageContext) -> None:
+        found = self._installed(host, ctx)
+        if found is None:
+            raise StageError(f"{self.params.python} no longer runs: {self._python_error}")
+        problems = self._evaluate(*found)
+        self._record(ctx, found[0])
+        if problems:
+            raise StageError(
+                "pip finished but requirements are still not satisfied: "
+                + "; ".join(problem for _, problem in problems),
+                hint="two requirements (or a dependency's pin) conflict; run "
+                f"`{self.params.python} -m pip check` on the host and align the pins",
+            )
+
+    def _hint(self, output: str) -> str | None:
+        p = self.params
+        index = mask_url(p.index_url) if p.index_url else "pip's default index"
+        if any(s in output for s in _NO_MATCH):
+            return (f"no release matching the requirement was found on {index}: check the "
+                    "version exists there (and supports this Python), or fix `index_url`")
+        if any(s in output for s in _NETWORK):
+            return (f"pip could not reach {index}: check the host's network, proxy settings "
+                    "(`env: {HTTPS_PROXY: ...}`) or `index_url`")
+        if "ResolutionImpossible" in output or "conflict" in output.lower():
+            return "the requirements conflict with each other or with installed packages"
+        return None
+
+
+_PROGRESS = re.compile(r"^(Collecting|Downloading|Installing|Successfully|Building)\b")
+
+
+def _progress_line(ctx: StageContext, text: str) -> None:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if _PROGRESS.match(line):
+            ctx.progress(line[:120])
+            return
+
+
+__all__ = ["PipInstallParams", "PipInstallStage", "mask_url"]

@@ -1,0 +1,350 @@
+"""The `python_venv` stage kind: a virtual environment on the host whose python and pip work.
+
+    - id: venv
+      uses: python_venv
+      with:
+        path: /opt/orchestrator/venvs/sglang
+        python: python3                 # interpreter on the host that creates the venv
+        system_site_packages: false
+        pip_index_url: https://pypi.org/simple   # optional: only used to repair a missing pip
+
+Converged when `PATH/bin/python` runs, `PATH/bin/python -m pip --version` works and the venv's
+`include-system-site-packages` matches. Apply, depending on what is there:
+
+* nothing (or an empty folder): `python -m venv PATH`;
+* a venv whose python is broken (interrupted creation, base interpreter removed) or a folder
+  holding only venv's first folders (bin/include/lib): recreated with `python -m venv --clear`;
+* a venv without pip (`--without-pip`, or Debian without python3-venv where plain `venv` fails
+  with "ensurepip is not available"): the venv is made with `--without-pip`, then pip is
+  installed by the first way that works: `PATH/bin/python -m ensurepip --upgrade`; a pip wheel
+  already on the host (ensurepip's bundled wheel, /usr/share/python-wheels) run as
+  `PATH/bin/python pip.whl/pip install --no-index pip.whl`; the host's own pip (>= 22.3)
+  `python -m pip --python PATH/bin/python install pip` (index from `pip_index_url`, else pip's
+  own configuration). If none works the error names the Debian package to install;
+* anything else at PATH (a file, a non-empty folder that is not a venv) is refused, never deleted.
+
+Facts recorded: python (version), pip (version), path, and pip_repair (the way pip was installed)
+when a repair was needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.errors import CommandFailed, StageError
+from orchestrator.host import Host
+from orchestrator.remote.pyenv import parse_pyvenv_cfg
+from orchestrator.result import Result
+from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+
+#: a quick command (version queries, probes); creation and pip installs use the stage timeout
+QUICK = 120.0
+
+_INFO = (
+    "import json, sys; print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], "
+    "'prefix': sys.prefix, 'base_prefix': getattr(sys, 'base_prefix', sys.prefix)}))"
+)
+# the same plus pip's version when pip imports (the quick look used between apply steps)
+_INFO_PIP = """
+import json, sys
+try:
+    import pip
+    v = pip.__version__
+except Exception:
+    v = None
+print(json.dumps({"version": "%d.%d.%d" % sys.version_info[:3], "pip": v}))
+"""
+
+# Finds pip wheels already on the host (run by the venv's python: its stdlib is the base one).
+_FIND_WHEELS = r"""
+import glob, json, os, re, sysconfig
+dirs = [os.path.join(sysconfig.get_paths()["stdlib"], "ensurepip", "_bundled"),
+        "/usr/share/python-wheels", "/usr/share/python3/wheels"]
+found = []
+for d in dirs:
+    found += glob.glob(os.path.join(d, "pip-*-py3-none-any.whl"))
+    found += glob.glob(os.path.join(d, "pip-*-py2.py3-none-any.whl"))
+def key(p):
+    m = re.match(r"pip-([0-9.]+)-", os.path.basename(p))
+    return [int(x) for x in m.group(1).split(".") if x.isdigit()] if m else []
+print(json.dumps(sorted(set(found), key=key, reverse=True)))
+"""
+
+_NO_ENSUREPIP = ("ensurepip is not available", "No module named ensurepip",
+                 "No module named 'ensurepip'")
+_PIP_VERSION = re.compile(r"^pip (\S+) from ")
+
+
+class PythonVenvParams(Params):
+    """Parameters of the python_venv kind."""
+
+    path: str = Field(description="where the virtual environment lives on the host")
+    python: str = Field("python3", description="interpreter on the host that creates the venv")
+    system_site_packages: bool = Field(
+        False, description="give the venv access to the interpreter's site-packages"
+    )
+    pip_index_url: str | None = Field(
+        None,
+        description="index the host's pip may use to install pip into a venv that has none "
+        "(only when ensurepip and local pip wheels are missing); passed as PIP_INDEX_URL",
+    )
+
+
+def _tail(result: Result, n: int = 6) -> str:
+    return result.tail(n).strip() or f"exit code {result.exit_code}"
+
+
+class PythonVenvStage(Stage, kind="python_venv"):
+    """Create or repair a virtual environment until its python and pip both work."""
+
+    Params = PythonVenvParams
+    params: PythonVenvParams
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def vpy(self) -> str:
+        return self.params.path.rstrip("/") + "/bin/python"
+
+    def _env(self, ctx: StageContext) -> dict[str, str]:
+        return {**ctx.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+
+    def _inspect(self, host: Host, ctx: StageContext, *, full: bool = True) -> dict[str, Any]:
+        """Look at the venv: state of the folder, its python, its pip (read-only).
+
+        `full` runs `python -m pip --version` (the real test); otherwise pip is only imported.
+        """
+        state = dict(host.probe("venv_state", path=self.params.path))
+        state["python"] = None
+        state["pip"] = None
+        state["python_error"] = None
+        state["pip_error"] = None
+        state["site_ok"] = True
+        if not state["exists"] or not state["is_dir"]:
+            return state
+        if state["python_exists"]:
+            r = host.run_argv([self.vpy, "-c", _INFO_PIP], timeout=QUICK, env=self._env(ctx))
+            if r.ok:
+                try:
+                    info = json.loads(r.stdout.strip().splitlines()[-1])
+                    state["python"] = info["version"]
+                    if not full:
+                        state["pip"] = info["pip"]
+                        state["pip_error"] = None if info["pip"] else "pip does not import"
+                except (ValueError, KeyError, IndexError):
+                    state["python_error"] = f"unexpected output: {r.stdout[-200:]!r}"
+            else:
+                state["python_error"] = _tail(r, 3)
+        else:
+            state["python_error"] = f"{self.vpy} does not exist"
+        if state["python"] and full:
+            r = host.run_argv([self.vpy, "-m", "pip", "--version"], timeout=QUICK,
+                              env=self._env(ctx))
+            m = _PIP_VERSION.match(r.stdout.strip()) if r.ok else None
+            if m:
+                state["pip"] = m.group(1)
+            else:
+                state["pip_error"] = _tail(r, 3)
+        if state["pyvenv_cfg"] is not None:
+            cfg = parse_pyvenv_cfg(state["pyvenv_cfg"])
+            has_site = cfg.get("include-system-site-packages", "false").lower() == "true"
+            state["site_ok"] = has_site == self.params.system_site_packages
+        return state
+
+    # ------------------------------------------------------------------ stage interface
+
+    def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        p = self.params
+        s = self._inspect(host, ctx)
+        if not s["exists"]:
+            return Needed(f"{p.path} does not exist")
+        if not s["is_dir"]:
+            return Needed(f"{p.path} exists but is not a directory (apply will refuse)")
+        if not s["entries"]:
+            return Needed(f"{p.path} is an empty directory")
+        if s["pyvenv_cfg"] is None and not s["skeleton_only"]:
+            return Needed(f"{p.path} is not a virtual environment (apply will refuse)")
+        if s["python"] is None:
+            return Needed(f"the venv's python is broken: {s['python_error']}")
+        if s["pip"] is None:
+            return Needed(f"the venv has no working pip: {s['pip_error']}")
+        if not s["site_ok"]:
+            want = "on" if p.system_site_packages else "off"
+            return Needed(f"system_site_packages should be {want}")
+        self._record(ctx, s)
+        return Converged(f"python {s['python']} with pip {s['pip']} in {p.path}")
+
+    def apply(self, host: Host, ctx: StageContext) -> None:
+        p = self.params
+        s = self._inspect(host, ctx, full=False)
+        if s["exists"] and not s["is_dir"]:
+            raise StageError(
+                f"{p.path} exists and is not a directory, so no virtual environment can be "
+                "created there",
+                hint=f"remove it (rm {shlex.quote(p.path)}) or choose another `path`",
+            )
+        if s["exists"] and s["entries"] and s["pyvenv_cfg"] is None and not s["skeleton_only"]:
+            shown = ", ".join(s["entries"][:8])
+            raise StageError(
+                f"{p.path} is a non-empty directory that is not a virtual environment "
+                f"(no pyvenv.cfg; it holds: {shown}); refusing to overwrite it",
+                hint=f"move it away or choose another `path` than {p.path}",
+            )
+        if not s["exists"] or not s["entries"]:
+            self._create(host, ctx, clear=False)
+        elif s["python"] is None or s["pyvenv_cfg"] is None:
+            ctx.log.warning("python_venv.recreate", path=p.path, reason=s["python_error"])
+            ctx.record("recreated", s["python_error"] or "interrupted creation")
+            self._create(host, ctx, clear=True)
+        elif not s["site_ok"]:
+            # re-running venv on an existing one rewrites pyvenv.cfg and keeps the packages
+            self._venv(host, ctx, without_pip=True, clear=False, check=True)
+        s = self._inspect(host, ctx, full=False)
+        if s["python"] is None:
+            raise StageError(
+                f"created {p.path} but its python does not run: {s['python_error']}",
+                hint=f"check that {p.python} works on the host: {p.python} -c 'print(1)'",
+            )
+        if s["pip"] is None:
+            self._repair_pip(host, ctx, s["python"])
+
+    def verify(self, host: Host, ctx: StageContext) -> None:
+        verdict = self.check(host, ctx)
+        if isinstance(verdict, Needed):
+            raise StageError(f"{self.params.path} is still not usable: {verdict.reason}")
+
+    # ------------------------------------------------------------------ apply steps
+
+    def _venv(self, host: Host, ctx: StageContext, *, without_pip: bool, clear: bool,
+              check: bool) -> Result:
+        p = self.params
+        argv = [p.python, "-m", "venv"]
+        if clear:
+            argv.append("--clear")
+        if p.system_site_packages:
+            argv.append("--system-site-packages")
+        if without_pip:
+            argv.append("--without-pip")
+        argv.append(p.path)
+        ctx.progress("creating " + p.path)
+        r = host.run_argv(argv, timeout=ctx.timeout, env=self._env(ctx))
+        if check and not r.ok:
+            raise CommandFailed(r, what=f"creating the venv {p.path} failed",
+                                hint=self._debian_hint(host, ctx))
+        return r
+
+    def _create(self, host: Host, ctx: StageContext, *, clear: bool) -> None:
+        r = self._venv(host, ctx, without_pip=False, clear=clear, check=False)
+        if r.ok:
+            return
+        out = " ".join((r.stdout + r.stderr).split())  # messages wrap across lines
+        if r.exit_code == 127:
+            raise CommandFailed(r, what=f"the interpreter {self.params.python!r} was not found "
+                                "on the host",
+                                hint="install it, or set `python` to one that exists "
+                                "(e.g. python3; `ls /usr/bin/python3*` lists them)")
+        if "No module named venv" in out:
+            raise CommandFailed(r, what=f"{self.params.python} has no venv module",
+                                hint=self._debian_hint(host, ctx))
+        if not any(s in out for s in _NO_ENSUREPIP):
+            raise CommandFailed(r, what=f"creating the venv {self.params.path} failed")
+        ctx.log.warning("python_venv.no_ensurepip", python=self.params.python,
+                        path=self.params.path)
+        # Debian without python3-venv: make the venv without pip, then install pip ourselves
+        self._venv(host, ctx, without_pip=True, clear=False, check=True)
+
+    def _repair_pip(self, host: Host, ctx: StageContext, version: str) -> None:
+        p = self.params
+        env = self._env(ctx)
+        tried: list[str] = []
+
+        ctx.progress("installing pip with ensurepip")
+        r = host.run_argv([self.vpy, "-m", "ensurepip", "--upgrade", "--default-pip"],
+                          timeout=ctx.timeout, env=env)
+        if r.ok:
+            self._repaired(ctx, "ensurepip")
+            return
+        tried.append(f"ensurepip: {_tail(r, 2)}")
+
+        r = host.run_argv([self.vpy, "-c", _FIND_WHEELS], timeout=QUICK, env=env)
+        wheels: list[str] = []
+        if r.ok:
+            try:
+                wheels = list(json.loads(r.stdout.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                wheels = []
+        for wheel in wheels:
+            ctx.progress(f"installing pip from {wheel}")
+            r = host.run_argv([self.vpy, wheel + "/pip", "install", "--no-index",
+                               "--disable-pip-version-check", wheel],
+                              timeout=ctx.timeout, env=env)
+            if r.ok:
+                self._repaired(ctx, f"wheel {wheel}")
+                return
+            tried.append(f"wheel {wheel}: {_tail(r, 2)}")
+        if not wheels:
+            tried.append("pip wheel on the host: none found")
+
+        r = host.run_argv([p.python, "-m", "pip", "--version"], timeout=QUICK, env=env)
+        m = _PIP_VERSION.match(r.stdout.strip()) if r.ok else None
+        if m and _version_tuple(m.group(1)) >= (22, 3):
+            host_env = dict(env)
+            if p.pip_index_url:
+                host_env["PIP_INDEX_URL"] = p.pip_index_url
+            ctx.progress(f"installing pip with {p.python}'s pip {m.group(1)}")
+            r = host.run_argv([p.python, "-m", "pip", "--python", self.vpy, "install",
+                               "--disable-pip-version-check", "pip"],
+                              timeout=ctx.timeout, env=host_env)
+            if r.ok:
+                self._repaired(ctx, f"host pip {m.group(1)}")
+                return
+            tried.append(f"{p.python} -m pip --python: {_tail(r, 2)}")
+        elif m:
+            tried.append(f"{p.python} -m pip is {m.group(1)} (--python needs >= 22.3)")
+        else:
+            tried.append(f"{p.python} -m pip: not available")
+
+        raise StageError(
+            f"{p.path} has no pip and it could not be installed; tried:\n"
+            + "\n".join("    - " + t for t in tried),
+            hint=self._debian_hint(host, ctx, version),
+        )
+
+    def _repaired(self, ctx: StageContext, how: str) -> None:
+        ctx.log.info("python_venv.pip_installed", path=self.params.path, method=how)
+        ctx.record("pip_repair", how)
+
+    def _debian_hint(self, host: Host, ctx: StageContext, version: str | None = None) -> str:
+        if version is None:
+            r = host.run_argv([self.params.python, "-c", _INFO], timeout=QUICK,
+                              env=self._env(ctx))
+            try:
+                version = json.loads(r.stdout.strip().splitlines()[-1])["version"]
+            except (ValueError, KeyError, IndexError):
+                version = None
+        pkg = "python3-venv"
+        if version:
+            major, minor = version.split(".")[:2]
+            pkg = f"python{major}.{minor}-venv"
+        return (f"on Debian/Ubuntu install the venv package: apt install {pkg} (or python3-venv), "
+                f"then rerun; or set `pip_index_url` so the host's pip can install pip")
+
+    def _record(self, ctx: StageContext, s: dict[str, Any]) -> None:
+        ctx.record("path", self.params.path)
+        ctx.record("python", s["python"])
+        ctx.record("pip", s["pip"])
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = re.match(r"\d+", piece)
+        if not digits:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
