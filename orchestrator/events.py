@@ -108,8 +108,8 @@ class RunRecord:
         if host is None:
             return
         h = self._host(host)
-        if kind == "host.unreachable":
-            h["status"] = "unreachable"
+        if kind in ("host.unreachable", "host.lock_held"):
+            h["status"] = "unreachable" if kind == "host.unreachable" else "locked"
             h["error"] = event.get("error")
         elif kind == "stage.end":
             st = h["stages"].setdefault(event["stage"], {})

@@ -16,6 +16,9 @@ concurrently running stage, opened lazily.
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 import threading
 import time
 import traceback
@@ -42,13 +45,13 @@ from orchestrator.errors import (
     CommandFailed,
     ConfigError,
     ConfigProblem,
-    ConnectError,
     ConnectionLost,
+    LockHeld,
     OrchestratorError,
     StageError,
     TransientConnectError,
 )
-from orchestrator.events import EventBus
+from orchestrator.events import EventBus, utc_now
 from orchestrator.host import Host
 from orchestrator.plan import Plan
 from orchestrator.redact import REDACTOR, Redactor
@@ -92,6 +95,7 @@ class Outcome:
 
     statuses: dict[str, dict[str, str]] = field(default_factory=dict)
     unreachable: set[str] = field(default_factory=set)
+    locked: set[str] = field(default_factory=set)
     interrupted: bool = False
 
     @property
@@ -101,7 +105,9 @@ class Outcome:
             return EXIT_INTERRUPTED
         if self.unreachable:
             return EXIT_UNREACHABLE
-        if any(s == "failed" for st in self.statuses.values() for s in st.values()):
+        if self.locked or any(
+            s == "failed" for st in self.statuses.values() for s in st.values()
+        ):
             return EXIT_FAILED
         return EXIT_OK
 
@@ -267,6 +273,10 @@ class Runner:
         self._pools: dict[str, _ConnectionPool] = {}
         self._lock = threading.Lock()
         self.prepared = prepare(plan, self.cli_vars, redactor)
+        self._owner = {
+            "run_id": bus.run_id, "user": getpass.getuser(), "operator": socket.gethostname(),
+            "pid": os.getpid(), "playbook": plan.playbook.name, "started_at": utc_now(),
+        }
 
     # -- public -------------------------------------------------------------------------------
 
@@ -333,16 +343,23 @@ class Runner:
         pool = _ConnectionPool(spec, self.factory, on_wait)
         self._pools[host] = pool
         self.bus.publish("host.start", host=host, stages=list(stages))
+        wait_for_host = max(self.options.wait_for_host, spec.wait_for_host or 0.0)
         try:
-            first = pool.acquire(self.options.wait_for_host)
-            pool.release(first)
-        except ConnectError as exc:
-            self._host_unreachable(host, stages, exc)
-            return
+            first = pool.acquire(wait_for_host)
         except OrchestratorError as exc:
             self._host_unreachable(host, stages, exc)
             return
         self.bus.publish("host.connected", host=host, duration_s=round(time.monotonic() - t0, 3))
+        try:
+            self._take_lock(host, spec, first)
+        except LockHeld as exc:
+            self._host_locked(host, stages, exc)
+            return
+        except OrchestratorError as exc:
+            self._host_unreachable(host, stages, exc)
+            return
+        finally:
+            pool.release(first)
 
         sorter = TopologicalSorter(self.plan.graph(host))
         sorter.prepare()
@@ -404,6 +421,36 @@ class Runner:
             self._end_stage(host, sid, "skipped", 0.0, reason="host unreachable")
         self.bus.publish("host.end", host=host, status="unreachable")
 
+    def _take_lock(self, host: str, spec: HostSpec, transport: Transport) -> None:
+        """Hold the host's deploy lock on this connection (no-op for a dry run)."""
+        if self.options.dry_run:
+            return
+        res = transport.probe("lock_acquire", path=spec.lock_path, owner=self._owner)
+        if res.get("acquired"):
+            prev = res.get("previous") or {}
+            if prev.get("run_id") not in (None, self.bus.run_id):
+                self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
+                                 previous=prev)
+            return
+        holder = res.get("holder") or {}
+        if holder.get("run_id") == self.bus.run_id:
+            return  # held by another connection of this same run
+        raise LockHeld(
+            f"{host}: another deploy holds {res.get('path')}: run {holder.get('run_id')} "
+            f"of {holder.get('user')}@{holder.get('operator')} (playbook "
+            f"{holder.get('playbook')}), started {holder.get('started_at')}",
+            hint="wait for that deploy to finish or stop it; a lock left by a run that died "
+                 "is released with its connection and taken over automatically",
+        )
+
+    def _host_locked(self, host: str, stages: dict[str, PreparedStage], exc: LockHeld) -> None:
+        with self._lock:
+            self.outcome.locked.add(host)
+        self.bus.publish("host.lock_held", host=host, error=exc.render())
+        for sid in stages:
+            self._end_stage(host, sid, "skipped", 0.0, reason="another deploy holds the host")
+        self.bus.publish("host.end", host=host, status="locked")
+
     def _end_stage(self, host: str, sid: str, status: str, duration: float, **fields: Any) -> str:
         self._set_status(host, sid, status)
         self.bus.publish("stage.end", host=host, stage=sid, status=status,
@@ -427,6 +474,7 @@ class Runner:
         transport: Transport | None = None
         try:
             transport = pool.acquire(pool.spec.connect_budget)
+            self._take_lock(host, pool.spec, transport)
             for attempt in _retry_policy(spec.retry, self.options.sleep, self.bus, host, sid):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number

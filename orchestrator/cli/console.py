@@ -80,6 +80,14 @@ class ConsoleView:
         elif kind == "host.unreachable":
             line.state = "unreachable"
             self._print(f"[{host}] UNREACHABLE: {e.get('error')}", style="bold red")
+        elif kind == "host.lock_held":
+            line.state = "locked"
+            self._print(f"[{host}] LOCKED: {e.get('error')}", style="bold red")
+        elif kind == "host.lock_takeover":
+            prev = e.get("previous") or {}
+            self._print(f"[{host}] took over the deploy lock left by run {prev.get('run_id')} "
+                        f"({prev.get('user')}@{prev.get('operator')}), which is gone",
+                        style="yellow")
         elif kind == "stage.start":
             line.running[e["stage"]] = time.monotonic()
         elif kind == "stage.progress":

@@ -189,15 +189,21 @@ class HostSpec(_Strict):
     ssh_config: str | None = None
     connect_timeout: float = 10.0
     connect_budget: float = 600.0
+    wait_for_host: float | None = Field(
+        None, description="how long a deploy waits for SSH at the start (default: --wait-for-host)"
+    )
+    lock_path: str = Field(
+        "~/.orchestrator/deploy.lock", description="the per-host deploy lock file, on the host"
+    )
     become_password: str | None = None
     vars: dict[str, Any] = Field(default_factory=dict)
     groups: list[str] = Field(default_factory=list)
     hypervisor: HypervisorSpec | None = None
 
-    @field_validator("connect_timeout", "connect_budget", mode="before")
+    @field_validator("connect_timeout", "connect_budget", "wait_for_host", mode="before")
     @classmethod
-    def _dur(cls, v: Any) -> float:
-        return parse_duration(v)
+    def _dur(cls, v: Any) -> float | None:
+        return None if v is None else parse_duration(v)
 
     @field_validator("groups", mode="before")
     @classmethod

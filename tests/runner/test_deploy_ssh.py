@@ -48,8 +48,9 @@ def test_four_hosts_in_parallel_one_failing_host_does_not_stop_the_others(
     pb = write_yaml(tmp_path / "pb.yaml", {
         "name": "fleet", "vars": {"out": str(out)},
         "stages": [
-            {"id": "work", "run": "date +%s.%N > {{ out }}/{{ inventory_hostname }}.start; "
-                                  "sleep 0.6; date +%s.%N > {{ out }}/{{ inventory_hostname }}.end"},
+            {"id": "work",
+             "run": "date +%s.%N > {{ out }}/{{ inventory_hostname }}.start; sleep 0.6; "
+                    "date +%s.%N > {{ out }}/{{ inventory_hostname }}.end"},
             {"id": "gate", "needs": ["work"], "run": "test {{ inventory_hostname }} != h3"},
             {"id": "after", "needs": ["gate"],
              "run": "echo done > {{ out }}/{{ inventory_hostname }}.after"},

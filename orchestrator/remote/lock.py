@@ -1,0 +1,67 @@
+"""The per-host deploy lock, held by the agent process (stdlib only, Python 3.8+).
+
+`lock_acquire` takes an exclusive flock on a file (default ~/.orchestrator/deploy.lock) and keeps
+the descriptor open for the life of the agent, i.e. of the connection. The file holds the
+holder's run id, user, operator host and start time, so a refused deploy can say who holds it.
+When a run dies (Ctrl-C, crash, lost connection, host reboot) its agent exits and the kernel
+releases the flock: the next deploy takes the lock over safely and reports the dead holder.
+"""
+
+import errno
+import fcntl
+import json
+import os
+import time
+
+from orchestrator.remote.probes import probe
+
+_HELD = {}  # type: dict
+
+
+def _read(fd):
+    try:
+        os.lseek(fd, 0, 0)
+        data = os.read(fd, 65536)
+        return json.loads(data.decode("utf-8")) if data.strip() else None
+    except (OSError, ValueError):
+        return None
+
+
+@probe("lock_acquire")
+def lock_acquire(path="~/.orchestrator/deploy.lock", owner=None):
+    """Take the lock for `owner` (a dict); report the current holder when it is taken."""
+    path = os.path.expanduser(path)
+    if path in _HELD:
+        return {"acquired": True, "held_here": True, "path": path}
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = _read(fd)
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return {"acquired": False, "holder": holder, "path": path}
+        raise
+    previous = _read(fd)
+    record = dict(owner or {})
+    record.update(agent_pid=os.getpid(), acquired_at=time.time())
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, 0)
+    os.write(fd, json.dumps(record).encode("utf-8"))
+    os.fsync(fd)
+    _HELD[path] = fd
+    return {"acquired": True, "previous": previous, "path": path}
+
+
+@probe("lock_release")
+def lock_release(path="~/.orchestrator/deploy.lock"):
+    """Release the lock if this agent holds it (the file is emptied first)."""
+    path = os.path.expanduser(path)
+    fd = _HELD.pop(path, None)
+    if fd is None:
+        return {"released": False}
+    os.ftruncate(fd, 0)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    return {"released": True}
