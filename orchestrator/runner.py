@@ -75,6 +75,7 @@ class RunOptions:
     per_host: int = 4
     dry_run: bool = False
     wait_for_host: float = 10.0
+    locked: dict[str, Any] | None = None
     sleep: Callable[[float], None] = time.sleep
 
 
@@ -545,6 +546,8 @@ class Runner:
             dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
             secrets=self.redactor.values, env=prep.env, open_host=open_host,
             inventory_hosts=dict(self.plan.inventory.hosts),
+            locked=(self.options.locked or {}).get("stages", {}).get(sid)
+            if self.options.locked is not None else None,
         )
         try:
             return self._check_apply(host, prep, h, ctx, attempt, timings)

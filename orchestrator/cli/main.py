@@ -49,6 +49,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                    help="how long to wait for a host's SSH at the start, e.g. 5m (default 10s)")
     p.add_argument("--run-dir", default=os.environ.get("ORCHESTRATOR_RUN_DIR", "runs"),
                    help="where run records go (default ./runs, or $ORCHESTRATOR_RUN_DIR)")
+    p.add_argument("--locked", metavar="LOCKFILE",
+                   help="refuse anything that would differ from this deploy.lock.json "
+                        "(with plan: show the drift)")
     p.add_argument("--json", action="store_true",
                    help="print the run summary as JSON on stdout instead of the table")
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
@@ -101,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--kind", choices=["playbook", "inventory"], default="playbook")
     schema.set_defaults(func=cmd_schema)
 
+    from orchestrator.cli.service_cmds import add_subcommands as add_service_commands
+
+    add_service_commands(sub)
     try:
         from orchestrator.sim.cli import add_subcommands
     except ImportError:  # the simulator is optional at run time
@@ -141,6 +147,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from orchestrator.cli.logsetup import configure
     from orchestrator.config.model import parse_duration
     from orchestrator.events import EventBus, JsonlWriter, RunRecord, new_run_id
+    from orchestrator.lockfile import build_lock, load_lock, write_lock
     from orchestrator.plan import Selection, build_plan
     from orchestrator.runner import Runner, RunOptions
 
@@ -150,6 +157,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         raise ConfigError(f"--wait-for-host: {exc}") from None
     REDACTOR.add_env(os.environ)
     pb, inv, cli_vars = _load(args.playbook, args.inventory, args.var)
+    locked = load_lock(args.locked) if args.locked else None
     sel = Selection.from_args(args.limit, args.only, args.from_, args.skip)
     plan = build_plan(pb, inv, sel)
 
@@ -166,7 +174,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         bus.subscribe(view)
     configure(bus, verbose=args.verbose)
     options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
-                         wait_for_host=wait_for_host)
+                         wait_for_host=wait_for_host, locked=locked)
     exit_code = 130
     try:
         runner = Runner(plan, bus, cli_vars=cli_vars, options=options)
@@ -181,6 +189,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             view.close()
         record.finish(exit_code)
         record.write(run_dir / "summary.json")
+        lock = build_lock(record.data)
+        if not args.dry_run and lock["stages"]:
+            write_lock(REDACTOR.redact(lock), run_dir / "deploy.lock.json")
         writer.close()
         configure(None)
         _link_latest(Path(args.run_dir), run_id)
@@ -202,6 +213,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                   f"{record.data.get('duration_s', 0):.1f}s")
         out.print(f"run record: {run_dir}/summary.json")
         out.print(f"events:     {run_dir}/events.jsonl")
+        if (run_dir / "deploy.lock.json").exists():
+            out.print(f"lock file:  {run_dir}/deploy.lock.json")
     return exit_code
 
 

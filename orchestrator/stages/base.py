@@ -62,6 +62,9 @@ class StageContext:
     open_host: Callable[[str], Host] | None = None
     #: all hosts of the inventory by name (specs only), e.g. to find a hypervisor entry
     inventory_hosts: dict[str, Any] = field(default_factory=dict)
+    #: with `deploy --locked FILE`: what this stage recorded under "lock" in that deploy; a kind
+    #: that would produce something else refuses (and under a dry run reports the drift)
+    locked: dict[str, Any] | None = None
 
     def record(self, key: str, value: Any) -> None:
         """Put a fact into the run record for this (host, stage)."""
