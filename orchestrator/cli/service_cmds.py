@@ -74,9 +74,11 @@ def add_subcommands(sub: Any) -> None:
 
 
 def _targets(args: argparse.Namespace) -> tuple[list[Any], float]:
+    from orchestrator.cli.logsetup import configure
     from orchestrator.config import parse_cli_vars
     from orchestrator.service import resolve_targets
 
+    configure(None)  # warnings and worse to stderr; stdout stays clean for --json
     try:
         budget = parse_duration(args.wait_for_host)
     except ValueError as exc:

@@ -1,0 +1,220 @@
+"""The SGLang launch: server arguments, environment, the API-key wrapper, fingerprint, unit file.
+
+The server command is
+
+    VENV_PYTHON -c WRAPPER KEY_FILE|- --model-path ... --tp-size 8 ...
+
+where WRAPPER (one line of Python) reads the API key from KEY_FILE (0600, in the state dir) and
+appends `--api-key KEY` to sys.argv in-process before running `sglang.launch_server` as
+`__main__` (runpy, like `python -m`). So the key never appears on any process's command line
+(`ps`, /proc/*/cmdline). SGLang has no documented environment variable for the API key, hence the
+wrapper. The server's log is written through the supervisor (orchestrator.remote.server), which
+masks the key before it reaches the file (SGLang logs its server_args at start-up).
+
+The FINGERPRINT identifies a launch: sha256 over the server arguments, the environment (values
+hashed), the SGLang version, the identity of the model and drafter (their download manifest's
+commit, else a hash of config.json) and a hash of the API key. A running server with another
+fingerprint is restarted; `diff_fingerprints` says what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+#: One line: `python -c WRAPPER KEYFILE ARGS...` (KEYFILE "-" = no key)
+WRAPPER = (
+    "import runpy,sys;f=sys.argv.pop(1);k=open(f).read().strip() if f!='-' else '';"
+    "sys.argv+=['--api-key',k] if k else [];"
+    "runpy.run_module('sglang.launch_server',run_name='__main__',alter_sys=True)"
+)
+
+#: cache locations kept across restarts (no recompiling after a restart), relative to cache_dir
+CACHE_ENV = {
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "TORCH_EXTENSIONS_DIR": "torch_extensions",
+    "CUDA_CACHE_PATH": "cuda",
+    "TVM_FFI_CACHE_DIR": "tvm_ffi",
+}
+
+
+def _num(value: float | int) -> str:
+    text = repr(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def build_args(p: Any) -> list[str]:
+    """Server arguments (after `-m sglang.launch_server`) for sglang_server params `p`.
+
+    Full flag names only (`--tp-size`, never the `--tp` prefix). The API key is NOT included.
+    """
+    args = ["--model-path", p.model_path, "--tp-size", str(p.tp)]
+    if p.host is not None:
+        args += ["--host", p.host]
+    if p.port is not None:
+        args += ["--port", str(p.port)]
+    optional = [
+        ("--served-model-name", p.served_model_name),
+        ("--tool-call-parser", p.tool_call_parser),
+        ("--reasoning-parser", p.reasoning_parser),
+        ("--mem-fraction-static", p.mem_fraction_static),
+        ("--context-length", p.context_length),
+        ("--max-running-requests", p.max_running_requests),
+        ("--kv-cache-dtype", p.kv_cache_dtype),
+        ("--attention-backend", p.attention_backend),
+        ("--quantization", p.quantization),
+        ("--log-level", p.log_level),
+    ]
+    for flag, value in optional:
+        if value is not None:
+            args += [flag, _num(value) if isinstance(value, float) else str(value)]
+    if p.trust_remote_code:
+        args.append("--trust-remote-code")
+    if p.enable_metrics:
+        args.append("--enable-metrics")
+    spec = p.speculative
+    if spec is not None and spec.algorithm:
+        args += ["--speculative-algorithm", spec.algorithm]
+        if p.draft_model_path:
+            args += ["--speculative-draft-model-path", p.draft_model_path]
+            if spec.draft_model_revision:
+                args += ["--speculative-draft-model-revision", spec.draft_model_revision]
+        for flag, value in (("--speculative-num-steps", spec.num_steps),
+                            ("--speculative-eagle-topk", spec.eagle_topk),
+                            ("--speculative-num-draft-tokens", spec.num_draft_tokens)):
+            if value is not None:
+                args += [flag, str(value)]
+    args += [str(a) for a in p.extra_args]
+    return args
+
+
+def server_argv(python: str, key_file: str | None, args: list[str]) -> list[str]:
+    """The full server command: the venv python running WRAPPER, then the server arguments."""
+    return [python, "-c", WRAPPER, key_file or "-", *args]
+
+
+def cache_env(cache_dir: str) -> dict[str, str]:
+    """Environment pointing JIT/compile caches at persistent folders under `cache_dir`."""
+    base = cache_dir.rstrip("/")
+    return {name: f"{base}/{sub}" for name, sub in CACHE_ENV.items()}
+
+
+def launch_env(cache_dir: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Server environment: cache folders, then the stage's `env` (which may override them)."""
+    out = cache_env(cache_dir) if cache_dir else {}
+    out.update({str(k): str(v) for k, v in env.items()})
+    return out
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprint(
+    args: list[str],
+    env: Mapping[str, str],
+    *,
+    sglang_version: str | None,
+    model_identity: str,
+    draft_identity: str | None,
+    api_key: str | None,
+    python: str,
+) -> dict[str, Any]:
+    """The launch fingerprint: a sha256 plus the parts it was made from (no secret values)."""
+    parts = {
+        "python": python,
+        "args": list(args),
+        "env": {k: _sha(f"{k}={v}")[:16] for k, v in sorted(env.items())},
+        "sglang": sglang_version,
+        "model": model_identity,
+        "drafter": draft_identity,
+        "api_key": _sha("api-key:" + api_key)[:16] if api_key else None,
+    }
+    digest = _sha(json.dumps(parts, sort_keys=True))
+    return {"fingerprint": digest, "parts": parts}
+
+
+def _arg_pairs(args: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    key = None
+    for a in args:
+        if a.startswith("--"):
+            key = a
+            out[key] = ""
+        elif key is not None:
+            out[key] = (out[key] + " " + a).strip()
+    return out
+
+
+def diff_fingerprints(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """Human-readable differences between two fingerprint records (values of secrets hidden)."""
+    if not old or "parts" not in old:
+        return ["no fingerprint recorded"]
+    a, b = old["parts"], new["parts"]
+    out: list[str] = []
+    if a.get("args") != b.get("args"):
+        pa, pb = _arg_pairs(a.get("args") or []), _arg_pairs(b.get("args") or [])
+        for k in sorted(set(pa) | set(pb)):
+            if pa.get(k) != pb.get(k):
+                before = "(unset)" if k not in pa else (pa[k] or "(set)")
+                after = "(unset)" if k not in pb else (pb[k] or "(set)")
+                out.append(f"{k} {before} -> {after}")
+        if not out:
+            out.append("argument order")
+    ea, eb = a.get("env") or {}, b.get("env") or {}
+    for k in sorted(set(ea) | set(eb)):
+        if ea.get(k) != eb.get(k):
+            out.append(f"env {k} " + ("added" if k not in ea else "removed" if k not in eb
+                                      else "changed"))
+    for key, label in (("sglang", "sglang version"), ("model", "model"),
+                       ("drafter", "drafter"), ("python", "python")):
+        if a.get(key) != b.get(key):
+            out.append(f"{label} {a.get(key)} -> {b.get(key)}")
+    if a.get("api_key") != b.get("api_key"):
+        out.append("api key changed")
+    return out or ["fingerprint differs"]
+
+
+def unit_file(
+    *,
+    unit: str,
+    description: str,
+    python: str,
+    supervisor: str,
+    launch_file: str,
+    state_dir: str,
+    stop_timeout: float,
+) -> str:
+    """A systemd service running the supervisor (the launch spec and key live in 0600 files)."""
+    exec_start = shlex.join([python, supervisor, launch_file])
+    return (
+        "# Written by orchestrator (sglang_server stage); changes are overwritten.\n"
+        "[Unit]\n"
+        f"Description={description}\n"
+        "After=network-online.target\n"
+        "Wants=network-online.target\n"
+        "\n"
+        "[Service]\n"
+        "Type=simple\n"
+        f"WorkingDirectory={state_dir}\n"
+        f"ExecStart={exec_start}\n"
+        "KillMode=control-group\n"
+        "KillSignal=SIGTERM\n"
+        f"TimeoutStopSec={int(stop_timeout)}\n"
+        "Restart=no\n"
+        "LimitNOFILE=1048576\n"
+        "LimitMEMLOCK=infinity\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def unit_name(name: str) -> str:
+    """`name` with the `.service` suffix."""
+    return name if name.endswith(".service") else f"{name}.service"

@@ -1,0 +1,172 @@
+"""orchestrator.remote.server probes through the REAL agent (LocalTransport): the supervisor,
+stop, liveness (recycled pids), who holds a port, the http probe and log reading."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.model import HostSpec
+from orchestrator.transports.local import LocalTransport
+
+KEY = "sk-probe-canary-7d1e2a9c"
+
+
+@pytest.fixture
+def agent() -> Iterator[LocalTransport]:
+    t = LocalTransport(HostSpec(name="localhost", connection="local"))
+    t.connect()
+    try:
+        yield t
+    finally:
+        t.close()
+
+
+def write_launch(sd: Path, code: str, key: bool = True) -> None:
+    sd.mkdir(parents=True, exist_ok=True)
+    if key:
+        (sd / "api_key").write_text(KEY + "\n")
+    spec = {"argv": [sys.executable, "-c", code], "env": {"PROBE_TEST": "1"},
+            "log": str(sd / "server.log"), "key_file": str(sd / "api_key") if key else None,
+            "fingerprint": "f" * 64, "managed_by": "background"}
+    (sd / "launch.json").write_text(json.dumps(spec))
+
+
+def wait_until(pred, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_supervisor_masks_the_key_even_split_across_writes(agent: LocalTransport,
+                                                          tmp_path: Path) -> None:
+    sd = tmp_path / "run"
+    code = (
+        "import os, sys, time\n"
+        f"k = {KEY!r}\n"
+        "print('server_args=ServerArgs(api_key=%r, env=%s)' % (k, os.environ['PROBE_TEST']),"
+        " flush=True)\n"
+        "sys.stdout.write('split: ' + k[:6]); sys.stdout.flush(); time.sleep(0.3)\n"
+        "sys.stdout.write(k[6:] + ' end\\n'); sys.stdout.flush()\n"
+        "sys.stderr.write('partial prefix at the end: ' + k[:5] + '\\n'); sys.stderr.flush()\n"
+        "sys.exit(3)\n")
+    write_launch(sd, code)
+    (sd / "server.log").write_text("previous run\n")
+    res = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+    pid = res["pidfile"]["pid"]
+    assert res["pidfile"]["managed_by"] == "background"
+    assert wait_until(lambda: (sd / "server.exit").exists())
+    log = (sd / "server.log").read_text()
+    assert KEY not in log
+    assert "server_args=ServerArgs(api_key='***', env=1)" in log
+    assert "split: *** end" in log
+    assert f"partial prefix at the end: {KEY[:5]}" in log  # a prefix alone is no secret
+    assert f"server pid {pid} exited with code 3" in log
+    assert (sd / "server.log.1").read_text() == "previous run\n"
+    st = agent.probe("server_status", state_dir=str(sd), log_lines=3)
+    assert st["process"]["alive"] is False
+    assert st["exit"]["code"] == 3 and st["exit"]["stop_requested"] is False
+    assert st["log_tail"][-1].startswith("orchestrator-supervisor:")
+
+
+def test_stop_kills_the_whole_group_after_the_grace(agent: LocalTransport,
+                                                    tmp_path: Path) -> None:
+    sd = tmp_path / "run"
+    code = ("import signal, subprocess, sys, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+            "print('child', child.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    write_launch(sd, code, key=False)
+    info = agent.probe("server_start", state_dir=str(sd), python=sys.executable)["pidfile"]
+    assert wait_until(lambda: "child" in (sd / "server.log").read_text())
+    child = int((sd / "server.log").read_text().split()[1])
+    st = agent.probe("server_status", state_dir=str(sd))
+    assert st["process"]["same_process"] and st["process"]["uptime_s"] is not None
+    res = agent.probe("server_stop", state_dir=str(sd), grace=0.5)
+    assert res == {**res, "was_running": True, "stopped": True, "forced": True,
+                   "pid": info["pid"]}
+    assert not Path(f"/proc/{child}").exists() or b"Z" in Path(
+        f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1][:3]
+    assert agent.probe("server_stop", state_dir=str(sd))["was_running"] is False
+
+
+def test_a_recycled_pid_is_not_our_server(agent: LocalTransport, tmp_path: Path) -> None:
+    sd = tmp_path / "run"
+    sd.mkdir()
+    me = os.getpid()  # alive, but not the process the pid file describes
+    (sd / "server.pid").write_text(json.dumps({"pid": me, "pgid": me, "starttime": 1,
+                                               "started_at": time.time()}))
+    st = agent.probe("server_status", state_dir=str(sd))
+    assert st["process"]["alive"] is True
+    assert st["process"]["same_process"] is False
+    assert agent.probe("server_stop", state_dir=str(sd))["was_running"] is False
+    assert Path(f"/proc/{me}").exists()
+
+
+def test_port_holder_and_http_probe(agent: LocalTransport, tmp_path: Path) -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            ok = self.headers.get("Authorization") == f"Bearer {KEY}"
+            body = b'{"ok": true}' if ok else b'{"error": "Unauthorized"}'
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    port = srv.server_address[1]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        st = agent.probe("server_status", state_dir=str(tmp_path / "none"), host="127.0.0.1",
+                         port=port, health_path="/health")
+        assert st["listener"]["pid"] == os.getpid() and st["listener"]["ours"] is False
+        assert st["health"]["status"] == 401
+        url = f"http://127.0.0.1:{port}/x"
+        ok = agent.probe("http", url=url, headers={"Authorization": f"Bearer {KEY}"})
+        assert (ok["status"], json.loads(ok["body"])) == (200, {"ok": True})
+        assert agent.probe("http", url=url)["status"] == 401
+        other = agent.probe("server_status", state_dir=str(tmp_path), host="127.0.0.2",
+                            port=port)
+        assert other["listener"] is None  # bound to 127.0.0.1 only
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    refused = agent.probe("http", url=f"http://127.0.0.1:{free}/health", timeout=2)
+    assert refused["status"] is None and refused["error"] == "connection refused"
+
+
+def test_log_read_follows_and_notices_rotation(agent: LocalTransport, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("a\nb\n")
+    start = agent.probe("log_read", path=str(log), from_end=True)
+    assert start["offset"] == 4 and start["data"] == ""
+    with log.open("a") as fh:
+        fh.write("c\n")
+    more = agent.probe("log_read", path=str(log), offset=start["offset"], inode=start["inode"])
+    assert more["data"] == "c\n" and not more["rotated"]
+    os.replace(log, tmp_path / "server.log.1")
+    log.write_text("fresh\n")
+    rot = agent.probe("log_read", path=str(log), offset=more["offset"], inode=more["inode"])
+    assert rot["rotated"] and rot["data"] == "fresh\n"
+    tail = agent.probe("log_tail", path=str(log), lines=5)
+    assert tail == {"path": str(log), "exists": True, "lines": ["fresh"]}
+    assert agent.probe("log_tail", path=str(tmp_path / "nope"))["exists"] is False

@@ -1,0 +1,190 @@
+"""wait_ready against the SGLang stand-in on a simulated host: ready, converged, and each failure.
+
+Servers are launched by the real sglang_server stage (some with preflight off, to let the
+stand-in fail the way SGLang does); wait_ready polls from the host through the agent.
+"""
+# ruff: noqa: F811 - pytest fixtures imported from tests.sglang.simhost
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from orchestrator.errors import StageError
+from orchestrator.stages.base import Converged, Needed, Stage, stage_kinds
+from tests.sglang.simhost import (  # noqa: F401 - fixtures
+    API_KEY,
+    SGLangSim,
+    sglang_sim,
+    stop_servers_after,
+)
+
+
+def make(kind: str, params: dict[str, Any]) -> Stage:
+    cls = stage_kinds()[kind]
+    return cls(cls.Params.model_validate(params))
+
+
+def launch(sim: SGLangSim, stage_ctx, converge, state_dir: str, **overrides: Any) -> dict:
+    ctx = stage_ctx("server", kind="sglang_server")
+    status, _ = converge(make("sglang_server", sim.server_params(state_dir, **overrides)),
+                         sim.connect(), ctx)
+    assert status == "changed"
+    return ctx.facts
+
+
+def test_ready_with_accept_length_then_converged_fast(sglang_sim: SGLangSim, stage_ctx,
+                                                      converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("ready")
+    launch(sim, stage_ctx, converge, sd)
+    host = sim.connect()
+    ctx = stage_ctx("ready", kind="wait_ready")
+    with capture_logs() as logs:
+        status, reason = converge(make("wait_ready", sim.ready_params(sd)), host, ctx)
+    assert status == "changed", reason
+    facts = ctx.facts
+    assert facts["model"] == "kimi-k2.6"
+    assert facts["version"] == "0.5.23"
+    assert facts["architectures"] == ["KimiK25ForConditionalGeneration"]
+    assert 2.3 < facts["accept_length"] < 2.8  # EAGLE-3, 3 steps, matched drafter: ~2.6
+    assert facts["ready_after_s"] >= 0 and facts["smoke_reply"]
+    assert any(m.startswith("waiting for http://") for m in ctx.progress_messages) or \
+        facts["ready_after_s"] < 0.2
+    assert API_KEY not in json.dumps([facts, ctx.progress_messages, logs], default=str)
+
+    t0 = time.monotonic()
+    verdict = make("wait_ready", sim.ready_params(sd)).check(host, stage_ctx("ready"))
+    elapsed = time.monotonic() - t0
+    assert isinstance(verdict, Converged), verdict
+    assert "accept length" in verdict.reason and elapsed < 1.0, (verdict, elapsed)
+
+    # both stages of a re-run: converged, each well under a second
+    t0 = time.monotonic()
+    v1 = make("sglang_server", sim.server_params(sd)).check(host, stage_ctx("server"))
+    v2 = make("wait_ready", sim.ready_params(sd)).check(host, stage_ctx("ready"))
+    assert isinstance(v1, Converged) and isinstance(v2, Converged)
+    assert time.monotonic() - t0 < 1.5
+
+
+def test_waits_through_loading_and_shows_progress(sglang_sim: SGLangSim, stage_ctx,
+                                                  converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("slow-load")
+    launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_LOAD_SECONDS": "1500"})
+    ctx = stage_ctx("ready", kind="wait_ready")
+    status, _ = converge(make("wait_ready", sim.ready_params(sd)), sim.connect(), ctx)
+    assert status == "changed"
+    waiting = [m for m in ctx.progress_messages if m.startswith("waiting for")]
+    assert waiting, ctx.progress_messages
+    assert any("loading (port closed)" in m for m in waiting)
+    assert any("Loading safetensors checkpoint shards" in m for m in waiting)
+    assert ctx.facts["ready_after_s"] >= 0.5
+
+
+def test_server_killed_while_loading_fails_within_one_poll(sglang_sim: SGLangSim, stage_ctx,
+                                                           converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("killed")
+    facts = launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_LOAD_SECONDS": "60000"})
+    pid = facts["pid"]
+    killer = threading.Timer(1.0, os.kill, args=(pid, signal.SIGKILL))
+    killer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(StageError) as err:
+            make("wait_ready", sim.ready_params(sd, timeout=60, poll_interval=0.5)).apply(
+                sim.connect(), stage_ctx("ready", kind="wait_ready"))
+    finally:
+        killer.cancel()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 1.0 + 5.0, elapsed  # reported within 5 s of the death, not at the timeout
+    msg = err.value.render()
+    assert f"(pid {pid}) was killed by signal 9" in msg
+    assert "Loading safetensors checkpoint shards" in msg  # the log tail
+    assert "server.log" in msg
+
+
+def test_checkpoint_load_failure_is_reported_at_once(sglang_sim: SGLangSim, stage_ctx,
+                                                     converge) -> None:
+    """compressed-tensors 0.8.1 with preflight off: the stand-in dies the way SGLang does."""
+    sim = sglang_sim
+    python = sim.venv("ct081", "sglang==0.5.23", "compressed-tensors==0.8.1", no_deps=True)
+    sd = sim.state_dir("ct081")
+    launch(sim, stage_ctx, converge, sd, python=python, preflight="off", verify_window=0)
+    t0 = time.monotonic()
+    with pytest.raises(StageError) as err:
+        make("wait_ready", sim.ready_params(sd, timeout=60)).apply(
+            sim.connect(), stage_ctx("ready", kind="wait_ready"))
+    assert time.monotonic() - t0 < 5
+    msg = err.value.render()
+    assert "exited with code 1" in msg
+    assert "AttributeError: nvfp4_pack_quantized" in msg
+
+
+def test_silently_disabled_speculator_fails_the_deploy(sglang_sim: SGLangSim, stage_ctx,
+                                                       converge) -> None:
+    """EAGLE with an EAGLE-3 drafter starts fine and accepts nothing (preflight off)."""
+    sim = sglang_sim
+    sd = sim.state_dir("eagle")
+    launch(sim, stage_ctx, converge, sd, preflight="off",
+           speculative={"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1,
+                        "num_draft_tokens": 4})
+    host = sim.connect()
+    with pytest.raises(StageError) as err:
+        make("wait_ready", sim.ready_params(sd)).apply(host, stage_ctx("ready", kind="wait_ready"))
+    msg = err.value.render()
+    assert "accept length 1.00, required > 1.2" in msg
+    assert "speculative_algorithm is EAGLE but the drafter is an EAGLE-3 model" in msg
+    assert "Set speculative.algorithm: EAGLE3" in msg
+    verdict = make("wait_ready", sim.ready_params(sd)).check(host, stage_ctx("ready"))
+    assert isinstance(verdict, Needed) and "has not been verified yet" in verdict.reason
+    verdict = make("wait_ready", {**sim.ready_params(sd), "state_dir": None}).check(
+        host, stage_ctx("ready"))
+    assert isinstance(verdict, Needed) and "accept length 1.00 is not above 1.2" in verdict.reason
+
+
+def test_timeout_and_wrong_model(sglang_sim: SGLangSim, stage_ctx, converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("timeout")
+    launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_LOAD_SECONDS": "60000"})
+    host = sim.connect()
+    with pytest.raises(StageError) as err:
+        make("wait_ready", sim.ready_params(sd, timeout=1)).apply(host, stage_ctx("ready"))
+    msg = err.value.render()
+    assert "was not ready after 1s (loading (port closed))" in msg
+    assert "Loading safetensors checkpoint shards" in msg
+
+    sim.stop_all()
+    sd2 = sim.state_dir("wrong-model")
+    launch(sim, stage_ctx, converge, sd2, model_path=sim.models["k2"],
+           draft_model_path=None, speculative=None)
+    with pytest.raises(StageError) as err:
+        make("wait_ready", sim.ready_params(sd2, min_accept_length=None)).apply(
+            host, stage_ctx("ready"))
+    msg = err.value.render()
+    assert "serves architectures ['DeepseekV3ForCausalLM']" in msg
+    assert "expected ['KimiK25ForConditionalGeneration']" in msg
+
+    with pytest.raises(StageError, match="401 Unauthorized"):
+        make("wait_ready", sim.ready_params(sd2, api_key="sk-wrong-0000", min_accept_length=None)
+             ).apply(host, stage_ctx("ready"))
+
+
+def test_no_server_started(sglang_sim: SGLangSim, stage_ctx) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("never")
+    Path(sd).mkdir(parents=True, exist_ok=True)
+    host = sim.connect()
+    verdict = make("wait_ready", sim.ready_params(sd)).check(host, stage_ctx("ready"))
+    assert isinstance(verdict, Needed) and "connection refused" in verdict.reason
+    with pytest.raises(StageError, match="no server was started from"):
+        make("wait_ready", sim.ready_params(sd)).apply(host, stage_ctx("ready"))
