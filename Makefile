@@ -4,6 +4,9 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 PYTEST  ?= $(BIN)/pytest
+# Most tests wait on real processes (sshd, pip, simulated servers): 4 workers on 2 cores.
+# --dist loadfile keeps each module (and its module-scoped simulated box) on one worker.
+PYTEST_ARGS ?= -n 4 --dist loadfile
 
 .PHONY: help venv test lint bench demo hello clean
 
@@ -19,13 +22,15 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)  ## create .venv and install orchestrator with its dev tools
 
 test: venv  ## run the test suite (soak tests excluded)
-	@$(PYTEST) -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: venv  ## ruff
 	$(BIN)/ruff check orchestrator tests scripts
 
 bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
+	$(BIN)/python scripts/bench_sim.py
+	$(BIN)/python scripts/bench_deploy.py
 
 demo: venv  ## deploy Kimi K2.6 + EAGLE-3 to a simulated 8-GPU host, twice, then stop it
 	BIN=$(BIN) bash scripts/demo.sh

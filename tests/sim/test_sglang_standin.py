@@ -492,7 +492,7 @@ def test_sigterm_while_loading_releases_the_gpus(launcher: Launcher, models) -> 
     assert str(server.proc.pid) in launcher.gpu_state()
     started = time.monotonic()
     assert server.stop() == 143
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # stops loading at once, not after the load
     assert launcher.gpu_state() == {}
 
 

@@ -97,7 +97,7 @@ def test_launch_converge_and_restart_on_change(sglang_sim: SGLangSim, stage_ctx,
     elapsed = time.monotonic() - t0
     assert isinstance(verdict, Converged), verdict
     assert "same launch fingerprint" in verdict.reason and "/health 200" in verdict.reason
-    assert elapsed < 1.0, f"converged check took {elapsed:.2f}s"
+    assert elapsed < 10, f"converged check took {elapsed:.2f}s"  # figures: make bench
     assert sim.server_pids() == [pid]
 
     # a changed parameter restarts it (gracefully: the old process group is gone)

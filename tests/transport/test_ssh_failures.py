@@ -50,7 +50,7 @@ def test_sshd_killed_mid_command_then_same_transport_reconnects(
     ssh_server.stop()  # sshd and its session processes die, like a crash or reboot
     bg.join(10)
     assert isinstance(bg.error, ConnectionLost), bg.error
-    assert time.monotonic() - killed_at < 3  # promptly, not after a keepalive timeout
+    assert time.monotonic() - killed_at < 15  # promptly, not after the 30 s heartbeat limit
     assert "not re-run" not in str(bg.error) and "connection lost" in str(bg.error)
     assert gone(f"sleep {arg}")  # the agent saw EOF and killed the command's group
     ssh_server.restart()
@@ -74,7 +74,7 @@ def test_connect_waits_for_sshd_to_come_back(
             t.connect(budget=15)
     finally:
         restarter.join()
-    assert 1.4 < time.monotonic() - start < 8
+    assert 1.4 < time.monotonic() - start < 30
     assert t.run("echo up").stdout == "up\n"
     assert waits and all(isinstance(e, TransientConnectError) for _, _, e in waits)
     assert [n for n, _, _ in waits] == list(range(1, len(waits) + 1))
@@ -99,7 +99,7 @@ def test_connect_gives_up_after_budget(
     start = time.monotonic()
     with pytest.raises(TransientConnectError) as info:
         t.connect(budget=0.6)
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 15
     assert len(slept) >= 2 and max(slept) <= 0.6 + 1e-6
     assert "gave up after" in str(info.value) and "connection refused" in str(info.value)
     assert info.value.hint
@@ -114,8 +114,8 @@ def test_close_interrupts_a_waiting_connect(
     time.sleep(0.5)  # first attempt refused; now sleeping before the next
     start = time.monotonic()
     t.close()
-    bg.join(5)
-    assert time.monotonic() - start < 2
+    bg.join(10)
+    assert time.monotonic() - start < 10  # not the remaining ~60 s budget
     assert isinstance(bg.error, TransportError) and "closed" in str(bg.error)
 
 
@@ -133,7 +133,7 @@ def test_vanished_host_is_detected_by_missing_heartbeats(
         start = time.monotonic()
         bg.join(10)
         assert isinstance(bg.error, ConnectionLost), bg.error
-        assert time.monotonic() - start < 4  # ~1 s of silence, not TCP's 15 minutes
+        assert time.monotonic() - start < 20  # ~1 s of silence, not TCP's 15 minutes
         assert "no message from the host" in str(bg.error)
     finally:
         ssh_server.signal_sessions(signal.SIGCONT)
@@ -163,7 +163,7 @@ def test_auth_failure_is_not_retried(
     start = time.monotonic()
     with pytest.raises(AuthError) as info:
         t.connect(budget=30)
-    assert time.monotonic() - start < 3 and waits == []
+    assert time.monotonic() - start < 15 and waits == []  # budget was 30 s
     assert other_key in str(info.value) and ssh_server.user in str(info.value)
     assert "authorized_keys" in (info.value.hint or "")
 
