@@ -32,6 +32,9 @@ def build_lock(record: dict[str, Any]) -> dict[str, Any]:
     hosts: dict[str, dict[str, Any]] = {}
     for host, h in record.get("hosts", {}).items():
         for sid, facts in (h.get("facts") or {}).items():
+            status = ((h.get("stages") or {}).get(sid) or {}).get("status")
+            if status not in ("ok", "changed"):
+                continue  # a failed stage's facts are not what the host runs
             if isinstance(facts, dict) and isinstance(facts.get("lock"), dict):
                 hosts.setdefault(host, {})[sid] = facts["lock"]
     stages: dict[str, Any] = {}
@@ -47,6 +50,8 @@ def build_lock(record: dict[str, Any]) -> dict[str, Any]:
         "inventory": record.get("inventory"),
         "run_id": record.get("run_id"),
         "created_at": utc_now(),
+        # a lock from a failed deploy only holds the stages that ended ok or changed
+        "complete": record.get("exit_code") == 0,
         "stages": agreed,
         "disagreements": sorted(sid for sid, e in stages.items() if len(e) > 1),
         "hosts": hosts,
@@ -77,3 +82,20 @@ def load_lock(path: str | os.PathLike[str]) -> dict[str, Any]:
             where, f"not a deploy lock file (lock_version {LOCK_VERSION} with `stages`)",
             "use the deploy.lock.json that a deploy wrote into its run directory")])
     return data
+
+
+def drift_lines(record: dict[str, Any], lock_path: str) -> list[str]:
+    """The drift section `plan --locked` prints after its table (from summary.json data).
+
+    A stage whose reason starts with "drift:" differs from the lock; those marked "(deploy
+    --locked refuses this)" would be refused, the others a locked deploy brings back to the lock.
+    """
+    drifts = []
+    for host, h in record.get("hosts", {}).items():
+        for sid, st in (h.get("stages") or {}).items():
+            reason = str(st.get("reason") or "")
+            if st.get("status") == "would-change" and reason.startswith("drift:"):
+                drifts.append(f"  {host} {sid}: {reason[len('drift:'):].strip()}")
+    if not drifts:
+        return [f"no drift against {lock_path}"]
+    return [f"drift against {lock_path} ({len(drifts)}):", *drifts]

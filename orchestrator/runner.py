@@ -546,7 +546,8 @@ class Runner:
             dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
             secrets=self.redactor.values, env=prep.env, open_host=open_host,
             inventory_hosts=dict(self.plan.inventory.hosts),
-            locked=(self.options.locked or {}).get("stages", {}).get(sid)
+            # a stage the lock has no entry for gets {}: kinds that lock refuse it
+            locked=self.options.locked.get("stages", {}).get(sid, {})
             if self.options.locked is not None else None,
         )
         try:

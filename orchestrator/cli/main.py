@@ -158,6 +158,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     REDACTOR.add_env(os.environ)
     pb, inv, cli_vars = _load(args.playbook, args.inventory, args.var)
     locked = load_lock(args.locked) if args.locked else None
+    if locked is not None and not locked.get("complete", True):
+        print(f"warning: {args.locked} comes from a deploy that did not complete; stages it "
+              "has no entry for will be refused", file=sys.stderr)
     sel = Selection.from_args(args.limit, args.only, args.from_, args.skip)
     plan = build_plan(pb, inv, sel)
 
@@ -209,6 +212,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             for st in h["stages"].values():
                 counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
         totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if args.locked and args.dry_run:
+            from orchestrator.lockfile import drift_lines
+
+            for line in drift_lines(record.data, args.locked):
+                out.print(line, markup=False)
         out.print(f"run {run_id}: {totals}; exit code {exit_code}; "
                   f"{record.data.get('duration_s', 0):.1f}s")
         out.print(f"run record: {run_dir}/summary.json")

@@ -31,7 +31,17 @@ Everything runs ON the host with `python` (which must have huggingface_hub):
 A branch `revision` (not a 40-hex commit) is logged as a warning and recorded
 (`revision_pinned: false`): the files change whenever the branch moves.
 
-Facts recorded: repo, commit, files (count), bytes (size on disk), revision_pinned.
+Facts recorded: repo, commit, files (count), bytes (size on disk), revision_pinned, and
+"lock": {repo, commit, files, bytes} for the deploy lock file.
+
+With `deploy --locked LOCKFILE` (ctx.locked): the repo must be the locked one and `revision` must
+resolve to the locked commit, else the stage REFUSES before downloading anything (a branch that
+moved is not silently pinned back: change `revision` to the locked commit, or deploy without
+--locked and promote the new lock). Another commit on disk while the revision resolves to the
+locked one is a plain change ("drift: ..."): the locked commit is downloaded. A verified download
+at the locked commit with another file count or size (other allow/ignore patterns) is refused.
+Under `plan --locked` the same differences are reported as "drift: ..." reasons; a branch that
+cannot be resolved read-only yet (no huggingface_hub in `python`) is said so.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from pydantic import Field, SecretStr, field_validator
 
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
+from orchestrator.stages._locking import differs, missing_entry, refuse, short
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -97,6 +108,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
     Params = HfDownloadParams
     params: HfDownloadParams
     _commit: str | None = None
+    _resolved: str | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -198,7 +210,10 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if COMMIT_RE.match(p.revision):
             ctx.record("revision_pinned", True)
             return p.revision
+        if self._resolved is not None:  # resolved once per check -> apply -> verify
+            return self._resolved
         commit = self._script(host, ctx, "resolve", timeout=QUICK)["commit"]
+        self._resolved = commit
         ctx.log.warning("hf_download.unpinned_revision", repo=p.repo, revision=p.revision,
                         commit=commit, hint="pin `revision` to the 40-hex commit")
         ctx.record("revision_pinned", False)
@@ -218,15 +233,84 @@ class HfDownloadStage(Stage, kind="hf_download"):
         ctx.record("commit", commit)
         ctx.record("files", len(files))
         ctx.record("bytes", total)
+        ctx.record("lock", {"repo": self.params.repo, "commit": commit, "files": len(files),
+                            "bytes": total})
+
+    # ------------------------------------------------------------------ deploy --locked
+
+    def _lock_commit(self, ctx: StageContext, commit: str) -> Needed | None:
+        """Refuse (or, dry run, report) when this deploy would fetch another commit than the
+        lock's."""
+        p, locked = self.params, ctx.locked or {}
+        if locked.get("repo") != p.repo:
+            return differs(ctx, "repository", p.repo, locked.get("repo"))
+        if commit != locked.get("commit"):
+            pin = f"set `revision` to the locked commit {locked.get('commit')}"
+            if not COMMIT_RE.match(p.revision):
+                pin += f" ({p.revision!r} is a branch or tag name: those move, commits do not)"
+            return refuse(ctx, f"revision {p.revision!r} of {p.repo} is commit {short(commit)}, "
+                          f"the lock has {short(locked.get('commit'))}",
+                          hint=f"{pin}, or deploy without --locked to move on, then promote "
+                          "the new lock (the deploy.lock.json that deploy writes)")
+        return None
+
+    def _lock_contents(self, ctx: StageContext, files: int, total: int) -> Needed | None:
+        """At the locked commit: refuse another file count/size (other patterns)."""
+        locked = ctx.locked or {}
+        want = (locked.get("files"), locked.get("bytes"))
+        if want == (None, None) or want == (files, total):
+            return None
+        return differs(ctx, f"files of {self.params.repo}@{short(locked.get('commit'))} "
+                       "(allow_patterns/ignore_patterns?)", f"{files} files, {total} bytes",
+                       f"{want[0]} files, {want[1]} bytes")
+
+    def _check_locked(self, host: Host, ctx: StageContext,
+                      manifest: dict[str, Any] | None) -> tuple[Needed | None, str]:
+        """(verdict, note) of the lock before the usual check; the note says what a dry run
+        cannot know read-only."""
+        p, locked = self.params, ctx.locked or {}
+        verdict = missing_entry(ctx)
+        if verdict is not None:
+            return verdict, ""
+        if locked.get("repo") != p.repo:
+            return differs(ctx, "repository", p.repo, locked.get("repo")), ""
+        if COMMIT_RE.match(p.revision):
+            commit: str | None = p.revision
+        else:
+            probe = host.run_argv([p.python, "-c", "import huggingface_hub"], timeout=QUICK,
+                                  env=self._env(ctx))
+            commit = self._resolve(host, ctx) if probe.ok else None
+        if commit is None:
+            # a real deploy resolves in apply (after the packages stage) and refuses there
+            return None, (f"; whether {p.revision!r} resolves to the locked commit "
+                          f"{short(locked.get('commit'))} cannot be known read-only "
+                          f"({p.python} has no huggingface_hub yet)")
+        verdict = self._lock_commit(ctx, commit)
+        if verdict is not None:
+            return verdict, ""
+        if manifest is not None and manifest.get("repo") == p.repo:
+            have = manifest.get("commit")
+            if have != commit:
+                return Needed(f"drift: commit {short(have)} on the host, the lock has "
+                              f"{short(commit)} (deploy --locked downloads the locked commit)"), ""
+            files = manifest["files"]
+            return self._lock_contents(ctx, len(files), sum(int(f["size"]) for f in files)), ""
+        return None, ""
 
     # ------------------------------------------------------------------ stage interface
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        self._resolved = None
         p = self.params
         manifest = self._read_manifest(host)
+        note = ""
+        if ctx.locked is not None:
+            verdict, note = self._check_locked(host, ctx, manifest)
+            if verdict is not None:
+                return verdict
         if manifest is None:
             return Needed(f"{p.local_dir} holds no verified download of {p.repo} "
-                          f"(no {MANIFEST})")
+                          f"(no {MANIFEST}){note}")
         if manifest.get("repo") != p.repo or manifest.get("repo_type", "model") != p.repo_type:
             return Needed(f"{p.local_dir} holds {manifest.get('repo')}, not {p.repo}")
         if (manifest.get("allow_patterns") != p.allow_patterns
@@ -265,6 +349,9 @@ class HfDownloadStage(Stage, kind="hf_download"):
     def apply(self, host: Host, ctx: StageContext) -> None:
         p = self.params
         commit = self._resolve(host, ctx)
+        if ctx.locked is not None:  # refuses (raises) before a single byte is written
+            missing_entry(ctx)
+            self._lock_commit(ctx, commit)
         ctx.progress(f"downloading {p.repo}@{commit[:12]} to {p.local_dir}")
         answer = self._script(host, ctx, "download", timeout=ctx.timeout,
                               revision=commit)
@@ -298,6 +385,9 @@ class HfDownloadStage(Stage, kind="hf_download"):
                             hint="files not in this commit (an older revision's?); loaders that "
                             "glob *.safetensors may pick them up: remove them")
             ctx.record("extra_files", extra)
+        if ctx.locked is not None:  # raises (no manifest written) when the files differ
+            self._lock_contents(ctx, len(answer["files"]),
+                                sum(int(f["size"]) for f in answer["files"]))
         host.write_file(self.manifest_path, json.dumps(manifest, indent=1) + "\n")
         self._record(ctx, commit, answer["files"])
         ctx.log.info("hf_download.verified", repo=p.repo, commit=commit,

@@ -28,7 +28,16 @@ the highest matching version; a public index can then shadow a private package o
 or use `find_links` for local wheels.
 
 Facts recorded: versions (name -> installed version or None), installed (the requirements pip
-was asked for, when it ran), index_url (masked).
+was asked for, when it ran), index_url (masked), and "lock": {"versions": {name: version}} for
+every requirement that applies on the host (its marker is true), as installed there.
+
+With `deploy --locked LOCKFILE` (ctx.locked) every requirement is installed at exactly its locked
+version (`name[extras]==LOCKED`) and the stage is converged only when the installed versions equal
+the locked ones. It REFUSES, before pip runs, a requirement whose specifier does not admit the
+locked version, a requirement the lock does not know and a locked one the playbook no longer
+asks for. Under `plan --locked` these are reported as "drift: ..." reasons, and so is a host whose
+installed version differs from the lock (deploy --locked installs the locked one). Dependencies
+of the requirements are not locked (pip resolves them with `upgrade_strategy`).
 """
 
 from __future__ import annotations
@@ -40,11 +49,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
+from orchestrator.stages._locking import missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 QUICK = 120.0
@@ -196,12 +207,12 @@ class PipInstallStage(Stage, kind="pip_install"):
                 hint="check that this python starts cleanly (no output from sitecustomize)",
             ) from None
 
-    def _evaluate(self, versions: dict[str, str | None],
-                  marker_env: dict[str, str]) -> list[tuple[str, str]]:
+    def _evaluate(self, versions: dict[str, str | None], marker_env: dict[str, str],
+                  requirements: list[str] | None = None) -> list[tuple[str, str]]:
         """(requirement, problem) for every unsatisfied requirement."""
         env = {**default_environment(), **marker_env, "extra": ""}
         problems = []
-        for text in self.params.requirements:
+        for text in self.params.requirements if requirements is None else requirements:
             req = Requirement(text)
             if req.marker is not None and not req.marker.evaluate(env):
                 continue
@@ -219,20 +230,80 @@ class PipInstallStage(Stage, kind="pip_install"):
                 problems.append((text, f"{req.name} {have} does not satisfy {req.specifier}"))
         return problems
 
-    def _record(self, ctx: StageContext, versions: dict[str, str | None]) -> None:
+    def _record(self, ctx: StageContext, versions: dict[str, str | None],
+                marker_env: dict[str, str] | None = None) -> None:
         ctx.record("versions", dict(versions))
         if self.params.index_url:
             ctx.record("index_url", mask_url(self.params.index_url))
+        env = {**default_environment(), **(marker_env or {}), "extra": ""}
+        applies = {Requirement(t).name for t in self.params.requirements
+                   if Requirement(t).marker is None or Requirement(t).marker.evaluate(env)}
+        ctx.record("lock", {"versions": {n: v for n, v in sorted(versions.items())
+                                         if n in applies and v is not None}})
+
+    # ------------------------------------------------------------------ deploy --locked
+
+    def _locked_requirements(self, ctx: StageContext) -> tuple[list[str], list[str]]:
+        """(the requirements pinned to the locked versions, refusals)."""
+        locked = {canonicalize_name(n): (n, v) for n, v in
+                  ((ctx.locked or {}).get("versions") or {}).items()}
+        pinned, refusals, seen = [], [], set()
+        for text in self.params.requirements:
+            req = Requirement(text)
+            key = canonicalize_name(req.name)
+            seen.add(key)
+            if key not in locked:
+                refusals.append(f"{req.name} is required ({text!r}) but the lock has no "
+                                "version of it")
+                continue
+            version = locked[key][1]
+            try:
+                admitted = req.specifier.contains(Version(version), prereleases=True)
+            except InvalidVersion:
+                admitted = False
+            if not admitted:
+                refusals.append(f"requirement {text!r} does not admit the locked version "
+                                f"{req.name} {version}")
+                continue
+            extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+            marker = f"; {req.marker}" if req.marker is not None else ""
+            pinned.append(f"{req.name}{extras}=={version}{marker}")
+        for key, (name, version) in sorted(locked.items()):
+            if key not in seen:
+                refusals.append(f"the lock has {name} {version} but no requirement asks for it")
+        return pinned, refusals
+
+    def _requirements(self, ctx: StageContext) -> list[str]:
+        """What to install: the requirements, or under --locked the pinned ones (refusing
+        first: raises PreflightError when not a dry run)."""
+        if ctx.locked is None:
+            return list(self.params.requirements)
+        missing_entry(ctx)
+        pinned, refusals = self._locked_requirements(ctx)
+        if refusals:
+            refuse(ctx, "; ".join(refusals))
+        return pinned
 
     # ------------------------------------------------------------------ stage interface
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        requirements = list(self.params.requirements)
+        if ctx.locked is not None:
+            verdict = missing_entry(ctx)
+            if verdict is not None:
+                return verdict
+            requirements, refusals = self._locked_requirements(ctx)
+            if refusals:
+                return refuse(ctx, "; ".join(refusals))
         found = self._installed(host, ctx)
         if found is None:
             return Needed(f"{self.params.python} does not run yet ({self._python_error})")
         versions, marker_env = found
-        problems = self._evaluate(versions, marker_env)
-        self._record(ctx, versions)
+        problems = self._evaluate(versions, marker_env, requirements)
+        self._record(ctx, versions, marker_env)
+        if problems and ctx.locked is not None:
+            return Needed("drift: " + "; ".join(
+                _drift(problem, ctx.locked) for _, problem in problems))
         if problems:
             return Needed("; ".join(problem for _, problem in problems))
         shown = ", ".join(f"{n} {v}" for n, v in versions.items() if v)
@@ -246,7 +317,7 @@ class PipInstallStage(Stage, kind="pip_install"):
                 f"{p.python} does not run: {self._python_error}",
                 hint="create the venv first (a python_venv stage in `needs:`)",
             )
-        todo = [text for text, _ in self._evaluate(*found)]
+        todo = [text for text, _ in self._evaluate(*found, self._requirements(ctx))]
         if not todo:
             return
         argv = [p.python, "-m", "pip", "install", "--disable-pip-version-check",
@@ -265,8 +336,8 @@ class PipInstallStage(Stage, kind="pip_install"):
         found = self._installed(host, ctx)
         if found is None:
             raise StageError(f"{self.params.python} no longer runs: {self._python_error}")
-        problems = self._evaluate(*found)
-        self._record(ctx, found[0])
+        problems = self._evaluate(*found, self._requirements(ctx))
+        self._record(ctx, *found)
         if problems:
             raise StageError(
                 "pip finished but requirements are still not satisfied: "
@@ -287,6 +358,19 @@ class PipInstallStage(Stage, kind="pip_install"):
         if "ResolutionImpossible" in output or "conflict" in output.lower():
             return "the requirements conflict with each other or with installed packages"
         return None
+
+
+def _drift(problem: str, locked: dict) -> str:
+    """'sglang 0.5.22 does not satisfy ==0.5.23' -> 'sglang 0.5.22 on the host, lock has
+    0.5.23'."""
+    m = re.match(r"^(\S+) (\S+) does not satisfy ==(\S+)$", problem)
+    if m:
+        return f"{m.group(1)} {m.group(2)} on the host, the lock has {m.group(3)}"
+    m = re.match(r"^(\S+) is not installed$", problem)
+    versions = {canonicalize_name(n): v for n, v in (locked.get("versions") or {}).items()}
+    if m and canonicalize_name(m.group(1)) in versions:
+        return f"{m.group(1)} not installed, the lock has {versions[canonicalize_name(m.group(1))]}"
+    return problem
 
 
 _PROGRESS = re.compile(r"^(Collecting|Downloading|Installing|Successfully|Building)\b")

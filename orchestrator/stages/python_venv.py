@@ -23,8 +23,13 @@ Converged when `PATH/bin/python` runs, `PATH/bin/python -m pip --version` works 
   own configuration). If none works the error names the Debian package to install;
 * anything else at PATH (a file, a non-empty folder that is not a venv) is refused, never deleted.
 
-Facts recorded: python (version), pip (version), path, and pip_repair (the way pip was installed)
-when a repair was needed.
+Facts recorded: python (version), pip (version), path, pip_repair (the way pip was installed)
+when a repair was needed, and "lock": {"python": "3.11.7"} for the deploy lock file.
+
+With `deploy --locked LOCKFILE` the venv's python must have the locked version (major.minor.micro):
+the existing venv's, or - when the venv is still to be made - the one `python` would create it
+with. Another version is REFUSED before anything is created (under `plan --locked`: a "drift: ..."
+reason).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
 from orchestrator.remote.pyenv import parse_pyvenv_cfg
 from orchestrator.result import Result
+from orchestrator.stages._locking import differs, missing_entry
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout
@@ -158,9 +164,35 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
     # ------------------------------------------------------------------ stage interface
 
+    def _check_locked(self, host: Host, ctx: StageContext, s: dict[str, Any]) -> Needed | None:
+        """Refuse (dry run: report) a python version other than the locked one."""
+        verdict = missing_entry(ctx)
+        if verdict is not None:
+            return verdict
+        want = (ctx.locked or {}).get("python")
+        have, whose = s["python"], "the venv's python"
+        if have is None or s["pyvenv_cfg"] is None:  # apply would (re)create it with p.python
+            r = host.run_argv([self.params.python, "-c", _INFO], timeout=QUICK,
+                              env=self._env(ctx))
+            try:
+                have = json.loads(r.stdout.strip().splitlines()[-1])["version"] if r.ok else None
+            except (ValueError, KeyError, IndexError):
+                have = None
+            whose = f"{self.params.python} (which would create the venv)"
+        if want is None or have is None or have == want:
+            return None
+        return differs(ctx, f"python version of {whose}", have, want,
+                       hint=f"make the venv with a python {want} (`python:` param; remove "
+                       f"{self.params.path} if it holds another version), or deploy without "
+                       "--locked to move on, then promote the new lock")
+
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
         s = self._inspect(host, ctx)
+        if ctx.locked is not None:
+            verdict = self._check_locked(host, ctx, s)
+            if verdict is not None:
+                return verdict
         if not s["exists"]:
             return Needed(f"{p.path} does not exist")
         if not s["is_dir"]:
@@ -338,6 +370,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
         ctx.record("path", self.params.path)
         ctx.record("python", s["python"])
         ctx.record("pip", s["pip"])
+        ctx.record("lock", {"python": s["python"]})
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

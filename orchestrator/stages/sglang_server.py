@@ -35,6 +35,12 @@ the stale one if `stop_stale`, then starts the supervisor (orchestrator.remote.s
 setsid - or, where systemd runs the host (`systemd: auto`), a unit `systemctl restart`ed - and
 returns at once: readiness is `wait_ready`'s job. verify: the process is still alive
 `verify_window` after the start (a bad argument shows at once), else the log tail is reported.
+
+Lock file fact "lock": {sglang_version, args (host paths as <model_path>, <draft_model_path>,
+<state_dir>, <cache_dir>; --host as <host>, --port kept), bind (loopback/all/address), env (names
+and a sha256 of the values)}. Under `deploy --locked` a launch whose args, bind, env or SGLang
+version differ from the lock is refused in check, before anything is stopped or started (under
+`plan --locked`: a "drift: ..." reason). The API key is not part of the lock (per environment).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from orchestrator.sglang.preflight import (
     quant_formats,
     run_preflight,
 )
+from orchestrator.stages._locking import arg_changes, launch_lock, missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 VENV_FACTS = r"""
@@ -368,6 +375,46 @@ class SGLangServer(Stage, kind="sglang_server"):
                 f"{info.get('uid')})", hint="use systemd: auto or never")
         return "systemd" if usable else "background"
 
+    # ------------------------------------------------------------------ deploy --locked
+    def _lock_entry(self, desired: dict[str, Any]) -> dict[str, Any]:
+        """The "lock" fact: SGLang version, launch args and env (names + hash), host paths
+        replaced by placeholders and --host by <host> (orchestrator.stages._locking)."""
+        p = self.params
+        paths = {"model_path": p.model_path, "draft_model_path": p.draft_model_path,
+                 "state_dir": p.state_dir, "cache_dir": self._cache_dir, "python": p.python}
+        return launch_lock(desired["args"], desired["env"], paths, self._venv.get("sglang"))
+
+    def _check_locked(self, ctx: StageContext, entry: dict[str, Any]) -> Needed | None:
+        """Refuse (dry run: report) a launch that differs from the locked one."""
+        verdict = missing_entry(ctx)
+        if verdict is not None:
+            return verdict
+        locked = ctx.locked or {}
+        drift = []
+        if entry["args"] != locked.get("args"):
+            drift.append("launch arguments (lock -> this deploy): "
+                         + "; ".join(arg_changes(locked.get("args") or [], entry["args"])))
+        if entry["bind"] != locked.get("bind"):
+            drift.append(f"--host reaches {entry['bind']}, the lock's reached "
+                         f"{locked.get('bind')}")
+        old_env = locked.get("env") or {}
+        if entry["env"] != old_env:
+            a, b = set(old_env.get("names") or []), set(entry["env"]["names"])
+            what = [f"+{n}" for n in sorted(b - a)] + [f"-{n}" for n in sorted(a - b)]
+            drift.append("server environment: " + (", ".join(what) if what else
+                                                   "a value changed (sha256 differs)"))
+        want, have = locked.get("sglang_version"), entry["sglang_version"]
+        if drift:
+            return refuse(ctx, "; ".join(drift))
+        if have is None or have == want:
+            # not installed: under plan the packages stage would install the locked version;
+            # under deploy the preflight reports the broken venv
+            return None
+        if ctx.dry_run:
+            return Needed(f"drift: sglang {have} installed, the lock has {want} (deploy "
+                          "--locked installs the locked version first, then restarts)")
+        return refuse(ctx, f"sglang version: this deploy would run {have}, the lock has {want}")
+
     # ------------------------------------------------------------------ check
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
@@ -376,6 +423,12 @@ class SGLangServer(Stage, kind="sglang_server"):
         self._status = status
         desired = self._desired_launch(host)
         self._desired = desired
+        entry = self._lock_entry(desired)
+        ctx.record("lock", entry)
+        if ctx.locked is not None:
+            verdict = self._check_locked(ctx, entry)
+            if verdict is not None:
+                return verdict
         proc = status["process"]
         listener = status.get("listener")
         recorded = status.get("fingerprint")

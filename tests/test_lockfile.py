@@ -1,0 +1,204 @@
+"""Lock files without a host: build_lock over run records, load_lock errors, the drift section,
+the launch normalization of sglang_server and pip_install's pinning under --locked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from orchestrator.config.model import StageSpec
+from orchestrator.errors import ConfigError, PreflightError
+from orchestrator.lockfile import LOCK_VERSION, build_lock, drift_lines, load_lock, write_lock
+from orchestrator.stages._locking import arg_changes, bind_scope, launch_lock, placeholders
+from orchestrator.stages.base import Needed, StageContext
+from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage
+
+COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
+
+
+def _host(stages: dict[str, tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
+    return {
+        "status": "done",
+        "stages": {sid: {"status": status} for sid, (status, _) in stages.items()},
+        "facts": {sid: ({"lock": lock, "other": 1} if lock is not None else {"other": 1})
+                  for sid, (_, lock) in stages.items()},
+    }
+
+
+def _record(**hosts: dict[str, Any]) -> dict[str, Any]:
+    return {"run_id": "r1", "playbook": "pb.yaml", "inventory": "inv.yaml", "hosts": hosts}
+
+
+def test_build_lock_keeps_what_every_host_agreed_on() -> None:
+    drafter = {"repo": "o/d", "commit": COMMIT_A, "files": 6, "bytes": 10}
+    venv = {"python": "3.11.7"}
+    rec = _record(**{
+        "gpu-1": _host({"drafter": ("changed", drafter), "venv": ("ok", venv),
+                        "health": ("ok", None)}),
+        "gpu-2": _host({"drafter": ("ok", dict(drafter)), "venv": ("changed", venv)}),
+    })
+    lock = build_lock(rec)
+    assert lock["lock_version"] == LOCK_VERSION and lock["run_id"] == "r1"
+    assert lock["stages"] == {"drafter": drafter, "venv": venv}
+    assert lock["disagreements"] == []
+    assert set(lock["hosts"]) == {"gpu-1", "gpu-2"}
+    assert "health" not in lock["hosts"]["gpu-1"]  # recorded no lock
+
+
+def test_build_lock_lists_disagreements_and_locks_none_of_them() -> None:
+    rec = _record(**{
+        "gpu-1": _host({"drafter": ("ok", {"repo": "o/d", "commit": COMMIT_A}),
+                        "venv": ("ok", {"python": "3.11.7"})}),
+        "gpu-2": _host({"drafter": ("ok", {"repo": "o/d", "commit": COMMIT_B}),
+                        "venv": ("ok", {"python": "3.11.7"})}),
+    })
+    lock = build_lock(rec)
+    assert lock["disagreements"] == ["drafter"]
+    assert "drafter" not in lock["stages"] and lock["stages"]["venv"] == {"python": "3.11.7"}
+    assert lock["hosts"]["gpu-2"]["drafter"]["commit"] == COMMIT_B  # still shown per host
+
+
+def test_build_lock_ignores_stages_that_did_not_converge() -> None:
+    rec = _record(**{"gpu-1": _host({
+        "drafter": ("failed", {"repo": "o/d", "commit": COMMIT_A}),
+        "target": ("would-change", {"repo": "o/t", "commit": COMMIT_B}),
+        "venv": ("ok", {"python": "3.11.7"}),
+    })})
+    assert build_lock(rec)["stages"] == {"venv": {"python": "3.11.7"}}
+
+
+def test_write_then_load_round_trips(tmp_path: Path) -> None:
+    lock = build_lock(_record(**{"gpu-1": _host({"venv": ("ok", {"python": "3.11.7"})})}))
+    path = tmp_path / "run" / "deploy.lock.json"
+    write_lock(lock, path)
+    assert load_lock(path) == json.loads(path.read_text()) == lock
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "lock file not found"),
+    ("{not json", "not a readable JSON lock file"),
+    ('{"lock_version": 99, "stages": {}}', "not a deploy lock file"),
+    ('["a list"]', "not a deploy lock file"),
+])
+def test_load_lock_refuses_what_is_not_a_lock(tmp_path: Path, content: str | None,
+                                              message: str) -> None:
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as err:
+        load_lock(path)
+    assert err.value.exit_code == 2
+    assert message in err.value.render()
+
+
+def test_drift_lines_list_each_drifting_stage() -> None:
+    rec = _record(**{"gpu-2": {"stages": {
+        "drafter": {"status": "would-change", "reason": "drift: revision 'v1' is commit x"},
+        "target": {"status": "would-change", "reason": "no manifest"},
+        "venv": {"status": "ok", "reason": "python 3.11.7"},
+    }}})
+    assert drift_lines(rec, "L.json") == ["drift against L.json (1):",
+                                          "  gpu-2 drafter: revision 'v1' is commit x"]
+    assert drift_lines(_record(), "L.json") == ["no drift against L.json"]
+
+
+# -------------------------------------------------------------- sglang launch normalization
+
+def _launch(base: str, address: str) -> dict[str, Any]:
+    args = ["--model-path", f"{base}/models/K", "--tp-size", "8", "--host", address,
+            "--port", "30000", "--speculative-draft-model-path", f"{base}/models/K-eagle3",
+            "--extra-thing", f"{base}/run/cache/x.json"]
+    env = {"TRITON_CACHE_DIR": f"{base}/run/cache/triton", "NCCL_P2P_LEVEL": "SYS"}
+    paths = {"model_path": f"{base}/models/K", "draft_model_path": f"{base}/models/K-eagle3",
+             "state_dir": f"{base}/run", "cache_dir": f"{base}/run/cache",
+             "python": f"{base}/venv/bin/python"}
+    return launch_lock(args, env, paths, "0.5.23")
+
+
+def test_launch_lock_is_the_same_on_hosts_with_other_base_dirs_and_addresses() -> None:
+    staging, prod = _launch("/srv/a", "127.0.1.1"), _launch("/opt/orchestrator", "127.0.0.1")
+    assert staging == prod
+    assert staging["args"][:6] == ["--model-path", "<model_path>", "--tp-size", "8",
+                                   "--host", "<host>"]
+    assert "<draft_model_path>" in staging["args"]  # not <model_path>-eagle3
+    assert "<cache_dir>/x.json" in staging["args"]  # the longest path wins
+    assert staging["bind"] == "loopback"
+    assert staging["env"]["names"] == ["NCCL_P2P_LEVEL", "TRITON_CACHE_DIR"]
+    assert "SYS" not in json.dumps(staging)  # env values are hashed, never stored
+
+
+def test_launch_lock_sees_exposure_and_env_values() -> None:
+    base = _launch("/srv/a", "127.0.0.1")
+    assert _launch("/srv/a", "0.0.0.0")["bind"] == "all"
+    other = launch_lock(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "NVL"}, {}, "0.5.23")
+    same = launch_lock(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "SYS"}, {}, "0.5.23")
+    assert other["env"]["names"] == same["env"]["names"]
+    assert other["env"]["sha256"] != same["env"]["sha256"]
+    assert base["env"]["sha256"] != same["env"]["sha256"]
+
+
+def test_helpers() -> None:
+    assert bind_scope("::1") == "loopback" and bind_scope("::") == "all"
+    assert bind_scope("10.0.0.5") == "address" and bind_scope("gpu-box") == "address"
+    assert placeholders({"m": "/a/K"}, ["/a/K", "/a/K/x", "/a/K2", "--p=/a/K"]) == \
+        ["<m>", "<m>/x", "/a/K2", "--p=<m>"]
+    assert arg_changes(["--a", "1", "--b"], ["--a", "2", "--c", "x"]) == \
+        ["--a 1 -> 2", "--b (set) -> (unset)", "--c (unset) -> x"]
+    assert arg_changes(["--a", "1"], ["--a", "1"]) == []
+
+
+# -------------------------------------------------------------- pip_install under --locked
+
+def _pip(*requirements: str) -> PipInstallStage:
+    return PipInstallStage(PipInstallParams(python="/venv/bin/python",
+                                            requirements=list(requirements)))
+
+
+def _ctx(locked: dict[str, Any] | None, dry_run: bool = False) -> StageContext:
+    return StageContext(spec=StageSpec(id="packages", uses="pip_install"), run_id="t",
+                        log=structlog.get_logger(), dry_run=dry_run, locked=locked)
+
+
+def test_pip_pins_every_requirement_to_its_locked_version() -> None:
+    stage = _pip("sglang[all]>=0.5.10", "compressed_tensors>=0.10.0",
+                 "uvloop; sys_platform == 'linux'")
+    lock = {"versions": {"sglang": "0.5.23", "compressed-tensors": "0.18.0", "uvloop": "0.21.0"}}
+    pinned, refusals = stage._locked_requirements(_ctx(lock))
+    assert refusals == []
+    assert pinned == ["sglang[all]==0.5.23", "compressed_tensors==0.18.0",
+                      'uvloop==0.21.0; sys_platform == "linux"']
+
+
+def test_pip_refuses_what_the_lock_cannot_give() -> None:
+    stage = _pip("sglang==0.5.22", "huggingface_hub==2.4.0")
+    lock = {"versions": {"sglang": "0.5.23", "compressed-tensors": "0.18.0"}}
+    with pytest.raises(PreflightError) as err:
+        stage._requirements(_ctx(lock))
+    text = err.value.render()
+    assert "'packages' refused by --locked" in text
+    assert "'sglang==0.5.22' does not admit the locked version sglang 0.5.23" in text
+    assert "huggingface_hub is required" in text and "no version of it" in text
+    assert "the lock has compressed-tensors 0.18.0 but no requirement asks for it" in text
+    assert "deploy without --locked" in text and "promote the new lock" in text
+    # a dry run reports the same as drift instead of raising
+    pinned, refusals = stage._locked_requirements(_ctx(lock, dry_run=True))
+    assert len(refusals) == 3 and pinned == []
+
+
+def test_a_stage_missing_from_the_lock_is_refused() -> None:
+    with pytest.raises(PreflightError, match="no entry for this stage"):
+        _pip("sglang==0.5.23")._requirements(_ctx({}))
+    stage = _pip("sglang==0.5.23")
+    assert stage._requirements(_ctx(None)) == ["sglang==0.5.23"]
+
+
+def test_drift_reason_under_a_dry_run() -> None:
+    from orchestrator.stages._locking import refuse
+
+    verdict = refuse(_ctx({"versions": {}}, dry_run=True), "x differs")
+    assert isinstance(verdict, Needed)
+    assert verdict.reason == "drift: x differs (deploy --locked refuses this)"
