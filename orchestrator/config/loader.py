@@ -260,6 +260,7 @@ class _Session:
             self.add(doc.loc(), f"a playbook must be a mapping, got {_got(data)}",
                      "write `name: ...` and `stages: [...]` at the top level")
             return None
+        data = _without_extensions(data)
         data = self._merge_vars_files(doc, data)
         checker = _Checker(self, doc)
         playbook = checker.validate(Playbook, data)
@@ -334,7 +335,7 @@ class _Session:
                      "write `hosts:` (and optionally groups, vars, defaults) at the top level")
             return None
         checker = _Checker(self, doc)
-        data = dict(data)
+        data = _without_extensions(data)
         hosts = data.get("hosts")
         if isinstance(hosts, dict):
             hosts = {k: ({} if v is None else v) for k, v in hosts.items()}
@@ -368,6 +369,11 @@ class _Session:
             inventory._source = doc.source
             inventory._secret_values = set(doc.secrets)
         return inventory
+
+
+def _without_extensions(data: dict[str, Any]) -> dict[str, Any]:
+    """Drop top-level `x-...` keys: a place for YAML anchors (`x-retry: &retry {...}`)."""
+    return {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
 
 
 def _inventory_var_layers(data: dict[str, Any]) -> list[tuple[Path_, Any]]:

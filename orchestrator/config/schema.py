@@ -48,6 +48,8 @@ def _duration(props: dict[str, Any], name: str, nullable: bool = False) -> None:
 
 
 def _head(schema: dict[str, Any], title: str, ident: str) -> dict[str, Any]:
+    # top-level `x-...` keys are ignored by the loader: a place for YAML anchors
+    schema = {**schema, "patternProperties": {"^x-": {}}}
     return {"$schema": DRAFT, "$id": ident, **schema, "title": title}
 
 

@@ -41,3 +41,10 @@ def test_errors_in_a_vars_file_name_that_file(tmp_path: Path, inv: Path) -> None
     text = err.value.render()
     assert "m.yaml:2:" in text and "undefined_thing" in text
     assert "pb.yaml:2:" in text and "missing.yaml" in text
+
+
+def test_top_level_extension_keys_hold_anchors(tmp_path: Path, inv: Path) -> None:
+    pb = _write(tmp_path / "pb.yaml", "name: t\nx-retry: &r {attempts: 4, on: [connection]}\n"
+                "stages:\n  - {id: a, run: 'true', retry: *r}\n")
+    playbook, _ = load_all(pb, inv)
+    assert playbook.stages[0].retry is not None and playbook.stages[0].retry.attempts == 4
