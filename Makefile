@@ -8,7 +8,7 @@ PYTEST  ?= $(BIN)/pytest
 # --dist loadfile keeps each module (and its module-scoped simulated box) on one worker.
 PYTEST_ARGS ?= -n 4 --dist loadfile
 
-.PHONY: help venv test lint bench demo hello clean
+.PHONY: help venv test lint bench demo hello drill faults soak clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -34,6 +34,15 @@ bench: venv  ## benchmarks, reported as ratios measured in one run
 
 demo: venv  ## deploy Kimi K2.6 + EAGLE-3 to a simulated 8-GPU host, twice, then stop it
 	BIN=$(BIN) bash scripts/demo.sh
+
+drill: venv  ## reboot drill on a simulated box: deploy, reboot, deploy, verify; recovery time
+	$(BIN)/python scripts/drill.py
+
+faults: venv  ## the fault matrix: every injectable fault, outcome, detect time, leftovers
+	$(BIN)/python scripts/faults.py
+
+soak: venv  ## 50 cycles of deploy -> reboot -> deploy on 4 flaky simulated hosts (long)
+	$(BIN)/python scripts/soak.py
 
 hello: venv  ## the small example playbook on localhost
 	$(BIN)/orchestrator deploy playbooks/examples/hello.yaml -i configs/inventory/local.yaml

@@ -27,6 +27,7 @@ from tests.sglang.simhost import (  # noqa: F401 - fixture
     stop_servers_after,
     wait_for,
 )
+from tests.sim.conftest import pid_alive
 
 
 def make(kind: str, params: dict[str, Any]) -> Stage:
@@ -42,12 +43,6 @@ def health(sim: SGLangSim) -> int | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat.rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
 
 
 def assert_nothing_started(sim: SGLangSim, state_dir: str) -> None:
