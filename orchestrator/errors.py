@@ -153,9 +153,12 @@ class CommandFailed(StageError):
     def __init__(self, result: Result, *, what: str | None = None, hint: str | None = None):
         self.result = result
         head = what or "command failed"
+        command = result.command
+        if len(command) > 400:  # e.g. a whole embedded script: the start says what it was
+            command = command[:400] + f"... ({len(result.command)} characters)"
         msg = (
             f"{head}: exit code {result.exit_code} after {result.duration:.1f}s\n"
-            f"  command: {result.command}\n"
+            f"  command: {command}\n"
         )
         tail = result.tail(20)
         if tail:

@@ -62,6 +62,9 @@ from orchestrator.transports.base import Transport
 
 log = structlog.get_logger("orchestrator.runner")
 
+#: how many times a host's stages are walked when it reboots during the run
+MAX_PASSES = 3
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 TransportFactory = Callable[..., Transport]
@@ -191,6 +194,10 @@ class _ConnectionPool:
         with self._lock:
             self._all.append(t)
         return t
+
+    def connections(self) -> list[Transport]:
+        with self._lock:
+            return [t for t in self._all if getattr(t, "connected", True)]
 
     def release(self, t: Transport) -> None:
         with self._lock:
@@ -362,10 +369,37 @@ class Runner:
         finally:
             pool.release(first)
 
+        unreachable: list[BaseException] = []
+        boot = self._boot_id(pool)
+        for pass_no in range(1, MAX_PASSES + 1):
+            self._walk(host, stages, pool, unreachable)
+            if self._cancel.is_set() or unreachable or self.options.dry_run:
+                break
+            now = self._boot_id(pool)
+            if boot is None or now is None or now == boot:
+                break
+            # The host rebooted while we worked on it: what was converged before may not be
+            # any more (CUDA, the server). Run its stages again; converged ones are cheap.
+            boot = now
+            if pass_no < MAX_PASSES:
+                self.bus.publish("host.rebooted", host=host, next_pass=pass_no + 1)
+        self._release_lock(spec, pool)
+        if unreachable:
+            with self._lock:
+                self.outcome.unreachable.add(host)
+            self.bus.publish("host.unreachable", host=host, error=str(unreachable[0]))
+        statuses = self.outcome.statuses.get(host, {})
+        overall = "failed" if any(s in ("failed", "interrupted") for s in statuses.values()) \
+            else ("unreachable" if unreachable else "ok")
+        self.bus.publish("host.end", host=host, status=overall,
+                         duration_s=round(time.monotonic() - t0, 3))
+
+    def _walk(self, host: str, stages: dict[str, PreparedStage], pool: _ConnectionPool,
+              unreachable: list[BaseException]) -> None:
+        """Run one host's stages in dependency order, independent ones concurrently."""
         sorter = TopologicalSorter(self.plan.graph(host))
         sorter.prepare()
         blocked: dict[str, str] = {}
-        unreachable: list[BaseException] = []
         running: dict[Future[str], str] = {}
         with ThreadPoolExecutor(max_workers=max(1, self.options.per_host),
                                 thread_name_prefix=f"{host}") as ex:
@@ -389,15 +423,28 @@ class Runner:
                     if status in ("failed", "interrupted"):
                         blocked[sid] = f"{sid} {status}"  # the root cause, passed down
                     sorter.done(sid)
-        if unreachable:
-            with self._lock:
-                self.outcome.unreachable.add(host)
-            self.bus.publish("host.unreachable", host=host, error=str(unreachable[0]))
-        statuses = self.outcome.statuses.get(host, {})
-        overall = "failed" if any(s in ("failed", "interrupted") for s in statuses.values()) \
-            else ("unreachable" if unreachable else "ok")
-        self.bus.publish("host.end", host=host, status=overall,
-                         duration_s=round(time.monotonic() - t0, 3))
+
+    def _boot_id(self, pool: _ConnectionPool) -> str | None:
+        """The host's boot id (None when it cannot be read): tells a reboot mid-run."""
+        try:
+            t = pool.acquire(pool.spec.connect_budget)
+        except OrchestratorError:
+            return None
+        try:
+            return t.probe("boot_id").get("boot_id")
+        except OrchestratorError:
+            return None
+        finally:
+            pool.release(t)
+
+    def _release_lock(self, spec: HostSpec, pool: _ConnectionPool) -> None:
+        if self.options.dry_run:
+            return
+        for t in pool.connections():
+            try:
+                t.probe("lock_release", path=spec.lock_path)
+            except OrchestratorError:
+                pass
 
     def _blocked_reason(self, host: str, sid: str, blocked: dict[str, str],
                         unreachable: list[BaseException]) -> str | None:
@@ -545,7 +592,7 @@ class Runner:
             spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),
             dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
             secrets=self.redactor.values, env=prep.env, open_host=open_host,
-            inventory_hosts=dict(self.plan.inventory.hosts),
+            inventory_hosts=dict(self.plan.inventory.hosts), cancelled=self._cancel,
             # a stage the lock has no entry for gets {}: kinds that lock refuse it
             locked=self.options.locked.get("stages", {}).get(sid, {})
             if self.options.locked is not None else None,

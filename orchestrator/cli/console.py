@@ -80,6 +80,9 @@ class ConsoleView:
         elif kind == "host.unreachable":
             line.state = "unreachable"
             self._print(f"[{host}] UNREACHABLE: {e.get('error')}", style="bold red")
+        elif kind == "host.rebooted":
+            self._print(f"[{host}] the host rebooted during this run: running its stages again "
+                        f"(pass {e.get('next_pass')})", style="yellow")
         elif kind == "host.lock_held":
             line.state = "locked"
             self._print(f"[{host}] LOCKED: {e.get('error')}", style="bold red")
@@ -117,6 +120,8 @@ class ConsoleView:
             line.state = e.get("status", "done")
         elif kind == "run.interrupted":
             self._print("interrupted: stopping remote commands...", style="magenta")
+        elif kind in ("waiting for host", "connection lost, retrying"):
+            pass  # shown by host.waiting / the stage's own outcome
         elif e.get("level") in ("warning", "error", "critical"):
             skip = {"event", "run_id", "ts", "host", "stage", "attempt", "level"}
             extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in skip)

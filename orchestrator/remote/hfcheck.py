@@ -8,8 +8,11 @@ Two uses of this one file (stdlib only at import time, Python 3.8+):
   ``PY -c SOURCE OP ARGS_JSON``; OP is one of:
 
   - ``resolve``: the commit a revision names (a 40-hex revision is returned as is, no network).
-  - ``download``: ``snapshot_download`` of the resolved commit into ``local_dir`` (it resumes
-    partial files and skips complete ones), printing ``ORCH_PROGRESS done total`` lines to stderr
+  - ``download``: ``snapshot_download`` of the resolved commit into ``local_dir``: files
+    complete on disk are skipped, so an interrupted download resumes file by file. A file cut in
+    the middle starts again: huggingface_hub 2.4.0 names its partial files per process, so the
+    partials a killed run left are deleted first (the host's deploy lock guarantees they are not
+    in use). Prints ``ORCH_PROGRESS done total`` lines to stderr
     every ``progress_interval`` seconds.
   - ``verify``: list the commit's files on the hub (``list_repo_tree``, recursive, filtered by the
     same patterns), then check each local file's size and hash (sha256 for LFS files against
@@ -133,9 +136,26 @@ def _local_bytes(local_dir: str, files: list) -> int:
     return total
 
 
+def _remove_stale_partials(local_dir: str) -> int:
+    """Delete `*.incomplete` files left by an interrupted download; return the bytes freed."""
+    freed = 0
+    partial = os.path.join(local_dir, ".cache", "huggingface", "download")
+    for dirpath, _dirs, names in os.walk(partial):
+        for name in names:
+            if name.endswith(".incomplete"):
+                path = os.path.join(dirpath, name)
+                try:
+                    freed += os.stat(path).st_size
+                    os.unlink(path)
+                except OSError:
+                    pass
+    return freed
+
+
 def _download(args: dict) -> dict:
     from huggingface_hub import snapshot_download
 
+    stale = _remove_stale_partials(args["local_dir"])
     commit = _resolve(args)
     files = _listing(args, commit)
     total = sum(f["size"] for f in files)
@@ -156,7 +176,7 @@ def _download(args: dict) -> dict:
     finally:
         done.set()
     _progress("download", total, total, len(files))
-    return {"commit": commit, "files": len(files), "bytes": total}
+    return {"commit": commit, "files": len(files), "bytes": total, "stale_partial_bytes": stale}
 
 
 def _git_blob_sha1(path: str, size: int) -> str:

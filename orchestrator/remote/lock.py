@@ -1,4 +1,4 @@
-"""The per-host deploy lock, held by the agent process (stdlib only, Python 3.8+).
+"""The per-host deploy lock held by the agent process, and the boot id (stdlib, Python 3.8+).
 
 `lock_acquire` takes an exclusive flock on a file (default ~/.orchestrator/deploy.lock) and keeps
 the descriptor open for the life of the agent, i.e. of the connection. The file holds the
@@ -65,3 +65,13 @@ def lock_release(path="~/.orchestrator/deploy.lock"):
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
     return {"released": True}
+
+
+@probe("boot_id")
+def boot_id(path="/proc/sys/kernel/random/boot_id"):
+    """The kernel's boot id: changes at every boot, so a run can tell the host rebooted."""
+    try:
+        with open(path) as fh:
+            return {"boot_id": fh.read().strip()}
+    except OSError:
+        return {"boot_id": None}

@@ -14,8 +14,10 @@
 
 Everything runs ON the host with `python` (which must have huggingface_hub):
 
-* apply: `snapshot_download(repo, revision=COMMIT, local_dir=...)` (resumes partial files, skips
-  complete ones), with HF_ENDPOINT, HF_TOKEN and HF_HUB_DISABLE_TELEMETRY=1 in its environment.
+* apply: `snapshot_download(repo, revision=COMMIT, local_dir=...)` (skips files already complete,
+  so an interrupted download resumes file by file; partial files a killed run left behind are
+  deleted first, as huggingface_hub 2.4.0 cannot resume another process's partials), with
+  HF_ENDPOINT, HF_TOKEN and HF_HUB_DISABLE_TELEMETRY=1 in its environment.
   Progress (bytes on disk / total) is shown while it runs.
 * verify: lists the commit's files on the hub and checks every local file's size and hash, on
   the host (sha256 of LFS files against the hub's lfs.sha256; the git blob sha1 of small files).

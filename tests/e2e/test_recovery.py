@@ -514,8 +514,6 @@ def test_reboot_during_the_drafter_download_then_the_same_deploy_recovers(box: B
 
 
 @pytest.mark.soak
-@pytest.mark.xfail(strict=True, reason="hf_download leaves the partial file of a download cut "
-                   "by a reboot (huggingface_hub 2.4.0 names it per process, never resumes it)")
 def test_a_download_cut_by_a_reboot_leaves_no_partial_file(box: Box) -> None:
     if box.partial_download is None:
         pytest.skip("needs test_reboot_during_the_drafter_download_then_the_same_deploy_recovers")
