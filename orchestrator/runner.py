@@ -167,7 +167,12 @@ def _prepare_one(
         })
         check_cmd = None  # the shell kind runs it itself
     else:
-        params = validate_params(spec, render_value(spec.with_, variables, at("with")))
+        with_ = dict(spec.with_)
+        shell = {k: with_.pop(k) for k in kind.shell_params if isinstance(with_.get(k), str)}
+        rendered = render_value(with_, variables, at("with"))
+        for name, text in shell.items():  # command text: values shell-quoted, as in `run:`
+            rendered[name] = render_shell(text, variables, at("with", name))
+        params = validate_params(spec, rendered)
     return PreparedStage(kind(params), spec=spec, check_cmd=check_cmd, env=env)
 
 
@@ -500,6 +505,11 @@ class Runner:
         self.bus.publish("host.end", host=host, status="locked")
 
     def _end_stage(self, host: str, sid: str, status: str, duration: float, **fields: Any) -> str:
+        earlier = self.outcome.statuses.get(host, {}).get(sid)
+        if status == "ok" and earlier == "changed":
+            # walked again after a reboot: it was changed in this run, and still holds
+            status = "changed"
+            fields["reason"] = f"changed earlier in this run; {fields.get('reason') or 'ok'}"
         self._set_status(host, sid, status)
         self.bus.publish("stage.end", host=host, stage=sid, status=status,
                          duration_s=round(duration, 3), **fields)
