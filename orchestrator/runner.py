@@ -133,7 +133,8 @@ def prepare(
         except ConfigError as exc:
             problems += exc.problems
             continue
-        redactor.add(*secret_values(plan.playbook, plan.inventory, variables))
+        host_secrets = secret_values(plan.playbook, plan.inventory, variables)
+        redactor.add(*host_secrets)
         out[host] = {}
         for sid in plan.host_stages[host]:
             spec = plan.stages[sid]
@@ -141,10 +142,28 @@ def prepare(
                 out[host][sid] = _prepare_one(spec, variables, kinds)
             except ConfigError as exc:
                 problems += exc.problems
+                continue
+            _warn_secret_on_command_line(host, out[host][sid], host_secrets)
     if problems:
         unique = list(dict.fromkeys(problems))
         raise ConfigError(unique)
     return out
+
+
+def _warn_secret_on_command_line(host: str, prepared: PreparedStage, secrets: set[str]) -> None:
+    """A secret rendered into a shell command is on that shell's argv (`ps`, /proc/PID/cmdline)
+    while it runs; the output is masked but the command line is not. Say so (once per stage)."""
+    stage = prepared.stage
+    if stage is None:
+        return
+    texts = [getattr(stage.params, name, None) for name in type(stage).shell_params]
+    texts.append(prepared.check_cmd)
+    values = [v for v in secrets if len(v) >= 4]
+    if any(isinstance(t, str) and any(v in t for v in values) for t in texts):
+        log.warning("secret_on_command_line", host=host, stage=prepared.spec.id,
+                    hint="a secret is written into this stage's command, so any local user "
+                    "can read it in `ps` while it runs: pass it with `env:` (env: {TOKEN: "
+                    "\"{{ hf_token }}\"}) and use \"$TOKEN\" in the command")
 
 
 def _prepare_one(

@@ -187,6 +187,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                f"{plan.node_count} stage run(s); run {run_id}")
         outcome = runner.run()
         exit_code = outcome.exit_code
+    except OrchestratorError as exc:  # e.g. a ConfigError found while rendering: not a Ctrl-C
+        exit_code = exc.exit_code
+        raise
     finally:
         if view is not None:
             view.close()

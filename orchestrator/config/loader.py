@@ -45,7 +45,12 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.config.model import HostSpec, Inventory, Playbook, StageSpec
-from orchestrator.config.templating import check_template, is_template, undeclared
+from orchestrator.config.templating import (
+    check_template,
+    is_template,
+    quoted_expressions,
+    undeclared,
+)
 from orchestrator.config.variables import BUILTINS
 from orchestrator.config.yamlsrc import YamlDoc, load_yaml
 from orchestrator.errors import ConfigError, ConfigProblem, Location
@@ -454,8 +459,8 @@ class _Checker:
         seen: set[Path_] = set()
         for err in exc.errors(include_url=False):
             loc = tuple(err["loc"])
-            if skip_templates and _templated(data, loc):
-                continue
+            if skip_templates and (_templated(data, loc) or _holds_template(_at(data, loc))):
+                continue  # validated once rendered (a list validator sees "x=={{ v }}" here)
             real, location, message, hint = self.translate(err, model, prefix, loc)
             key = prefix + loc if err["type"] in ("missing", "extra_forbidden") else real
             if key in seen:  # a union reports once per member: keep one
@@ -617,6 +622,7 @@ class _Checker:
                         else "known stages: " + ", ".join(ids) if ids else None)
                 self.add(doc.loc(path), f"{_where(doc, path)}: unknown stage '{need}'", hint)
             self.check_kind(i, stage)
+            self.check_shell_quotes(i, stage)
             self.check_templates(("stages", i), {k: stage.get(k) for k in
                                  ("run", "check", "with", "env") if k in stage}, None)
             if isinstance(stage.get("when"), str):
@@ -652,6 +658,33 @@ class _Checker:
                          f"dependency cycle: {' -> '.join(cycle)} ({chain})",
                          "remove one of these `needs:` so that the stages can run in some order")
                 graph[head] = [n for n in graph[head] if n != cycle[1]]
+
+    def check_shell_quotes(self, i: int, stage: dict[str, Any]) -> None:
+        """`{{ x }}` written inside shell quotes in a command: its value's own quoting is undone
+        (a value holding `'` or `$(...)` would run as shell), so it is refused."""
+        paths: list[Path_] = [("stages", i, "run"), ("stages", i, "check")]
+        params = stage.get("with")
+        if isinstance(stage.get("uses"), str) and isinstance(params, dict):
+            from orchestrator.stages.base import stage_kinds  # late: stages import config.model
+
+            kind = stage_kinds().get(stage["uses"])
+            for name in sorted(kind.shell_params) if kind is not None else []:
+                paths.append(("stages", i, "with", name))
+        for path in paths:
+            text = self.doc.value_at(path)
+            if not isinstance(text, str) or not is_template(text):
+                continue
+            try:
+                inside = quoted_expressions(text)
+            except Exception:  # noqa: BLE001 - a template this scan cannot follow: not ours
+                continue
+            for expr in inside:
+                self.add(self.doc.loc(path),
+                         f"{_where(self.doc, path)}: {{{{ {expr} }}}} is inside shell quotes; "
+                         "the value is quoted already, and inside quotes a value holding a "
+                         "quote or $(...) would run as a command",
+                         "remove the quotes around it (echo {{ x }}, not "
+                         "echo \"{{ x }}\"); `| raw` inserts a value unquoted on purpose")
 
     def check_kind(self, i: int, stage: dict[str, Any]) -> None:
         kind = stage.get("uses")
@@ -744,6 +777,18 @@ def _templated(data: Any, loc: Path_) -> bool:
         else:
             return False
     return is_template(value)
+
+
+def _at(data: Any, loc: Path_) -> Any:
+    """The value at `loc` inside `data` (None when there is none)."""
+    for part in loc:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
 
 
 def _holds_template(value: Any) -> bool:

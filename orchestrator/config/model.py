@@ -23,6 +23,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 30, '30s', '10m' or '1h'")
     if isinstance(value, (int, float)):
+        if value != value:  # .nan: every comparison with it is false, so it would never expire
+            raise ValueError("a duration must be a number of seconds, got .nan")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return float(value)

@@ -44,6 +44,11 @@ class Raw(str):
     """Text inserted into a shell command as is (no quoting). Made by the `| raw` filter."""
 
 
+class Data(str):
+    """Text that is never a template, whatever braces it holds: values read from the operator's
+    environment with `!env` (a token such as ``hf_{{x`` or ``p{#ss`` is data, not Jinja)."""
+
+
 def _raw(value: Any) -> Raw:
     return value if isinstance(value, Raw) else Raw(_text(value))
 
@@ -101,8 +106,9 @@ _SHELL_ENV = _make_env(finalize=_shell_finalize)
 
 
 def is_template(value: Any) -> bool:
-    """True for a string holding Jinja syntax ({{ }}, {% %} or {# #})."""
-    return isinstance(value, str) and ("{{" in value or "{%" in value or "{#" in value)
+    """True for a string holding Jinja syntax ({{ }}, {% %} or {# #}); never for `Data`."""
+    return (isinstance(value, str) and not isinstance(value, Data)
+            and ("{{" in value or "{%" in value or "{#" in value))
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -153,6 +159,11 @@ def _problem(
             close = _close(m.group(1), _nested_keys(variables))
             hint = _did_you_mean(close) if close else "check the key names of that mapping"
         return ConfigProblem(location, f"{msg} in {where}", hint)
+    if isinstance(exc, (RecursionError, SyntaxError, MemoryError)):
+        return ConfigProblem(
+            location, f"{where} is nested too deeply to compile",
+            "split it into smaller expressions (set intermediate variables under `vars:`)",
+        )
     if isinstance(exc, SecurityError):
         return ConfigProblem(
             location, f"unsafe operation in {where}: {exc}",
@@ -185,6 +196,12 @@ def _raise(
     raise ConfigError([_problem(exc, text, variables, location)]) from None
 
 
+# Python's own limits hit by absurd templates (thousands of nested brackets): parsing or
+# compiling them recurses too deep; they become located problems like any template error.
+_TOO_DEEP = (RecursionError, SyntaxError, MemoryError)
+_RENDER_ERRORS = (TemplateError, TypeError, ValueError, ArithmeticError, LookupError, *_TOO_DEEP)
+
+
 # -- compiling (cached) -----------------------------------------------------------------------
 
 
@@ -201,7 +218,7 @@ def _single_expression(text: str) -> str | None:
         return None
     try:
         tree = _ENV.parse(text)
-    except TemplateSyntaxError:
+    except (TemplateSyntaxError, *_TOO_DEEP):
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], nodes.Output):
         return None
@@ -247,7 +264,7 @@ def render_string(text: str, variables: Mapping[str, Any], location: Location | 
         return text
     try:
         return str(_template(text, False).render(dict(variables)))
-    except (TemplateError, TypeError, ValueError, ArithmeticError, LookupError) as exc:
+    except _RENDER_ERRORS as exc:
         _raise(exc, text, variables, location)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -265,7 +282,7 @@ def render_value(obj: Any, variables: Mapping[str, Any], location: Location | No
             return render_string(obj, variables, location)
         try:
             return _resolve(_expression(source)(dict(variables)))
-        except (TemplateError, TypeError, ValueError, ArithmeticError, LookupError) as exc:
+        except _RENDER_ERRORS as exc:
             _raise(exc, obj, variables, location)
     if isinstance(obj, Mapping):
         return {k: render_value(v, variables, location) for k, v in obj.items()}
@@ -284,7 +301,7 @@ def render_shell(
         return template
     try:
         return str(_template(template, True).render(dict(variables)))
-    except (TemplateError, TypeError, ValueError, ArithmeticError, LookupError) as exc:
+    except _RENDER_ERRORS as exc:
         _raise(exc, template, variables, location)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -314,7 +331,7 @@ def evaluate_condition(
             value = _resolve(_expression(source)(dict(variables)))
     except ConfigError:
         raise
-    except (TemplateError, TypeError, ValueError, ArithmeticError, LookupError) as exc:
+    except _RENDER_ERRORS as exc:
         _raise(exc, expr, variables, location)
     if isinstance(value, bool) or value is None:
         return bool(value)
@@ -345,9 +362,54 @@ def undeclared(template_text: str, *, expression: bool = False) -> set[str]:
         text = template_text if source is None else "{{ (" + source + ") }}"
     try:
         tree = _ENV.parse(text)
-    except TemplateSyntaxError as exc:
+        return set(meta.find_undeclared_variables(tree))
+    except (TemplateSyntaxError, *_TOO_DEEP) as exc:
         _raise(exc, template_text, None, None)
-    return set(meta.find_undeclared_variables(tree))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_BLOCK_END = {"{{": "}}", "{%": "%}", "{#": "#}"}
+
+
+def quoted_expressions(command: str) -> list[str]:
+    """The ``{{ expr }}`` of a shell-command template written inside shell quotes.
+
+    `render_shell` quotes every value already; inside `"..."` its quotes are literal (a value
+    holding `$(...)` would run), inside `'...'` they close the author's (a value holding `;`
+    would run). Expressions ending in ``| raw`` (unquoted on purpose) are not listed. Comments,
+    backslash escapes and `'` inside `"..."` are followed; heredocs are not.
+    """
+    found: list[str] = []
+    state: str | None = None  # None, "'" or '"'
+    i, n = 0, len(command)
+    while i < n:
+        opener = command[i:i + 2]
+        if opener in _BLOCK_END:
+            end = command.find(_BLOCK_END[opener], i + 2)
+            end = n if end < 0 else end
+            expr = command[i + 2:end].strip("-+ \t\n")
+            if opener == "{{" and state is not None and not re.search(r"\|\s*raw\s*$", expr):
+                found.append(expr)
+            i = end + 2
+            continue
+        c = command[i]
+        if state is None:
+            if c == "\\":
+                i += 2
+                continue
+            if c == "#" and (i == 0 or command[i - 1] in " \t\n;&|()"):
+                nl = command.find("\n", i)
+                i = n if nl < 0 else nl
+                continue
+            if c in "'\"":
+                state = c
+        elif state == '"' and c == "\\":
+            i += 2
+            continue
+        elif c == state:
+            state = None
+        i += 1
+    return found
 
 
 def check_template(text: str, *, expression: bool = False) -> ConfigProblem | None:
@@ -364,6 +426,6 @@ def check_template(text: str, *, expression: bool = False) -> ConfigProblem | No
                 _expression(source)
         else:
             _template(text, False)
-    except TemplateSyntaxError as exc:
+    except (TemplateSyntaxError, *_TOO_DEEP) as exc:
         return _problem(exc, text, None, None)
     return None

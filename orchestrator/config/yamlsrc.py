@@ -13,7 +13,8 @@ Problems become `ConfigProblem`s with a location, raised together in one `Config
 - input bounds: files over `MAX_FILE_BYTES` (5 MiB), nesting deeper than `MAX_DEPTH` (64), more
   than `MAX_NODES` (100,000) values, counted while composing and again once aliases are expanded
   (an alias bomb stops there, fast), and recursive aliases;
-- tags other than the standard YAML ones and `!env`.
+- tags other than the standard YAML ones and `!env`; a value its tag cannot read (`!!int abc`);
+  integers over `MAX_INT_BITS` (256) bits; characters YAML forbids (NUL, control characters).
 
 Merge keys (``<<: *defaults``) are supported; keys written next to them win. Mapping keys are
 always text (``on:`` is the key "on"), and, as in YAML 1.2, only true/false are booleans: yes, no,
@@ -27,7 +28,9 @@ the file is loaded. It is an error (located at the tag) when NAME is not set.
 possibly empty, as in ``!env NAME:-``) is used when NAME is unset or empty. NAME must look like an
 environment variable name (letters, digits, ``_``; not starting with a digit). Values read through
 ``!env`` from a variable whose NAME looks secret (`orchestrator.redact.is_secret_name`, e.g.
-``HF_TOKEN``) are collected in `YamlDoc.secrets` so they can be redacted everywhere.
+``HF_TOKEN``) are collected in `YamlDoc.secrets` so they can be redacted everywhere. The value is
+DATA (`orchestrator.config.templating.Data`): braces in it (``{{``, ``{%``, ``{#``) are never read
+as a template, so a token like ``p{#ss`` or ``{{ x }}`` reaches the host byte for byte.
 """
 
 from __future__ import annotations
@@ -41,14 +44,19 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from orchestrator.config.templating import Data
 from orchestrator.errors import ConfigError, ConfigProblem, Location
 from orchestrator.redact import is_secret_name
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_NODES = 100_000
+MAX_INT_BITS = 256  # larger integers cannot always be printed (int_max_str_digits) or floated
 
 ENV_TAG = "!env"
+_NUMBER = re.compile(
+    r"^[-+]?(0x[0-9a-fA-F_]+|0o?[0-7_]+|0b[01_]+|[0-9][0-9_:.]*([eE][-+]?[0-9]+)?)$")
+_TOO_BIG = object()
 _ENV_SPEC = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?$", re.DOTALL)
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -243,7 +251,10 @@ def load_yaml_text(
     max_nodes: int = MAX_NODES,
 ) -> YamlDoc:
     """Load YAML text (named `source` in locations); raise ConfigError on any problem."""
-    loader = _Loader(text, max_depth, max_nodes)
+    try:
+        loader = _Loader(text, max_depth, max_nodes)  # the reader checks every character here
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError([_reader_problem(source, text, exc)]) from None
     try:
         node = loader.get_single_node()
     except _TooMany as exc:
@@ -281,6 +292,22 @@ def load_yaml_text(
         unique.sort(key=lambda p: (p.location.line, p.location.column) if p.location else (0, 0))
         raise ConfigError(unique)
     return doc
+
+
+def _reader_problem(source: str, text: str, exc: yaml.reader.ReaderError) -> ConfigProblem:
+    """A character YAML does not allow (NUL, most control characters, U+FFFE/U+FFFF, lone
+    surrogates), located at its line and column as YAML counts them."""
+    pos = max(0, min(int(exc.position), len(text)))
+    breaks = list(re.finditer(r"\r\n|[\n\r\x85\u2028\u2029]", text[:pos]))
+    column = pos - (breaks[-1].end() if breaks else 0)
+    char = exc.character
+    code = f"#x{ord(char):04X}" if isinstance(char, str) else f"#x{int(char):02X}"
+    return ConfigProblem(
+        Location(source, len(breaks) + 1, column + 1),
+        f"the file holds a character YAML does not allow here ({code}, a control or "
+        "non-character code point)",
+        "remove it or, inside a double-quoted string, write it as an escape such as \\x07",
+    )
 
 
 def _syntax_problem(source: str, text: str, exc: yaml.MarkedYAMLError) -> ConfigProblem:
@@ -372,12 +399,25 @@ class _Builder:
             return node.value
         if _plain_text(node):
             return node.value
+        short = node.value if len(node.value) <= 40 else node.value[:37] + "..."
         try:
-            return self.loader.construct_object(node, deep=True)
+            value = self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             problem = getattr(exc, "problem", None) or str(exc)
             self.problem(node, f"invalid value: {problem}")
             return node.value
+        except (ValueError, OverflowError):  # `!!int abc`, more digits than int() accepts
+            if not _NUMBER.match(node.value.strip()):
+                kind = node.tag.rsplit(":", 1)[-1]
+                self.problem(node, f"invalid value {short!r}: not a valid {kind}",
+                             "remove the tag, or quote the value to keep it as text")
+                return node.value
+            value = _TOO_BIG
+        if value is _TOO_BIG or (isinstance(value, int) and value.bit_length() > MAX_INT_BITS):
+            self.problem(node, f"the number {short!r} is too large (more than {MAX_INT_BITS} "
+                         "bits)", "quote it to keep it as text")
+            return node.value
+        return value
 
     def env(self, node: Node) -> Any:
         if not isinstance(node, ScalarNode):
@@ -402,7 +442,7 @@ class _Builder:
             return None
         if is_secret_name(name) and value:
             self.doc.secrets.add(value)
-        return value
+        return Data(value)  # data, never rendered as a template
 
     def tick(self, node: Node) -> None:
         self.count += 1

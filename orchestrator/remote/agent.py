@@ -20,6 +20,8 @@ Guarantees:
   - become=True as non-root: the agent starts a helper agent under `sudo -n` once and relays
     those requests to it, so env, timeouts and group kills work the same as root.
   - write_file is atomic: temp file in the same directory, fsync, os.replace, fsync of the dir.
+    An agent exiting mid-write (the connection was cut) finishes the write or removes its
+    temp file first: the target holds the old or the new content, and no temp file is left.
 
 This module never imports the rest of the package and must stay Python 3.8 compatible (no
 `match`, no `X | Y` at runtime, no 3.9+ stdlib APIs).
@@ -395,6 +397,7 @@ class Agent:
         self.heartbeat = 5.0
         self.grace = 2.0
         self.jobs = {}  # type: dict
+        self.writes = set()  # type: set  # temp files of write_file requests in progress
         self.lock = threading.Lock()
         self.active = 0
         self.shutting_down = False
@@ -574,6 +577,8 @@ class Agent:
             st = None
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=directory)
+        with self.lock:
+            self.writes.add(tmp)
         try:
             _write_all(fd, body)
             if mode is None:
@@ -593,6 +598,9 @@ class Agent:
             except OSError:
                 pass
             raise
+        finally:
+            with self.lock:
+                self.writes.discard(tmp)
         try:
             dfd = os.open(directory, os.O_RDONLY)
             try:
@@ -630,7 +638,9 @@ class Agent:
                 if job.killed is not None:
                     raise _NotStarted("killed before it started")
                 job.proc = subprocess.Popen(
-                    ["/bin/sh", "-c", header["cmd"]],
+                    # `--`: a command starting with "-" (a path like `-rf/bin/python`) is a
+                    # command, never options of the shell itself
+                    ["/bin/sh", "-c", "--", header["cmd"]],
                     stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     cwd=os.path.expanduser(header["cwd"]) if header.get("cwd") else None,
@@ -734,6 +744,23 @@ class Agent:
             killer = job.killer
             if killer is not None:
                 killer.join(max(0.0, end - time.monotonic()))
+        self._finish_writes(end)
+
+    def _finish_writes(self, end: float) -> None:
+        """Let write_file requests whose body arrived finish (until `end`), then remove the
+        temp file of any still running: exiting mid-write must not leave a `.NAME.*.tmp`."""
+        while time.monotonic() < end:
+            with self.lock:
+                if not self.writes:
+                    return
+            time.sleep(0.01)
+        with self.lock:
+            left = list(self.writes)
+        for tmp in left:
+            try:
+                os.unlink(tmp)  # the rename then fails: the target keeps its old content
+            except OSError:
+                pass
 
 
 class _NotStarted(Exception):

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from orchestrator.errors import StageError
 
 #: One line: `python -c WRAPPER KEYFILE ARGS...` (KEYFILE "-" = no key)
 WRAPPER = (
@@ -190,8 +192,13 @@ def unit_file(
     state_dir: str,
     stop_timeout: float,
 ) -> str:
-    """A systemd service running the supervisor (the launch spec and key live in 0600 files)."""
-    exec_start = shlex.join([python, supervisor, launch_file])
+    """A systemd service running the supervisor (the launch spec and key live in 0600 files).
+
+    Values are written as data for systemd: one line each (a newline in a path would add
+    directives such as ExecStartPre=; it is refused), `%` specifiers and `$` variables escaped.
+    """
+    exec_start = " ".join(_unit_word(w) for w in (python, supervisor, launch_file))
+    description = _CONTROL.sub(" ", description).replace("%", "%%")
     return (
         "# Written by orchestrator (sglang_server stage); changes are overwritten.\n"
         "[Unit]\n"
@@ -201,7 +208,7 @@ def unit_file(
         "\n"
         "[Service]\n"
         "Type=simple\n"
-        f"WorkingDirectory={state_dir}\n"
+        f"WorkingDirectory={_unit_value(state_dir, 'state_dir').replace('%', '%%')}\n"
         f"ExecStart={exec_start}\n"
         "KillMode=control-group\n"
         "KillSignal=SIGTERM\n"
@@ -213,6 +220,28 @@ def unit_file(
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_UNIT_SAFE = re.compile(r"[\w@+=:,./-]+")
+
+
+def _unit_value(text: str, what: str) -> str:
+    if _CONTROL.search(text):
+        raise StageError(f"{what} {text!r} holds a control character (newline, tab, ...); it "
+                         "cannot be written into a systemd unit",
+                         hint=f"use a plain path for {what}, or set `systemd: never`")
+    return text
+
+
+def _unit_word(text: str) -> str:
+    """One ExecStart= argument: as is when plain, else double-quoted with C escapes; `%` and `$`
+    doubled (systemd expands specifiers and variables inside quotes too)."""
+    _unit_value(text, "the server command")
+    if _UNIT_SAFE.fullmatch(text):
+        return text
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
 
 
 def unit_name(name: str) -> str:

@@ -12,6 +12,7 @@ A stage never touches paramiko or Fabric; it talks to the host through `orchestr
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.config.model import StageSpec
+from orchestrator.errors import Interrupted
 from orchestrator.host import Host
 
 
@@ -65,10 +67,17 @@ class StageContext:
     #: with `deploy --locked FILE`: what this stage recorded under "lock" in that deploy; a kind
     #: that would produce something else refuses (and under a dry run reports the drift)
     locked: dict[str, Any] | None = None
+    #: set by the runner when the run is cancelled (Ctrl-C); long waits use `sleep`
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     def record(self, key: str, value: Any) -> None:
         """Put a fact into the run record for this (host, stage)."""
         self.facts[key] = value
+
+    def sleep(self, seconds: float) -> None:
+        """Wait between polls; raise Interrupted at once when the run is cancelled (Ctrl-C)."""
+        if self.cancelled.wait(max(0.0, seconds)):
+            raise Interrupted("interrupted (Ctrl-C) while the stage was waiting")
 
 
 class Stage:
@@ -77,6 +86,9 @@ class Stage:
     registry: ClassVar[dict[str, type[Stage]]] = {}
     kind: ClassVar[str] = ""
     Params: ClassVar[type[BaseModel]] = Params
+    #: `with:` params that hold shell command text: the runner renders their templates like
+    #: `run:` (every {{ value }} shell-quoted unless `| raw`), not as plain text
+    shell_params: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -31,7 +31,9 @@ gives the host a `hypervisor: {host, ctid}`, check answers Needed and `apply`:
      stale uvm allow line to the current major (or adds the line; the 195 line and everything
      else are left untouched) with an atomic write;
   4. restarts the container: `pct stop <ctid> && pct start <ctid>`. This KILLS every process
-     in the container (a running server included) - expected: the GPUs are unusable anyway;
+     in the container (a running server included) - expected: the GPUs are unusable anyway.
+     It runs detached (setsid) on the hypervisor, so a dropped SSH session cannot stop it
+     between the stop and the start and leave the container down;
   5. waits (up to `restart_wait`) for the container's SSH to come back and reconnects.
 
 `verify` probes again in the container: cuInit(0) must now return 0. Without a hypervisor in
@@ -44,6 +46,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
+import shlex
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -618,13 +623,8 @@ class HostHealthStage(Stage, kind="host_health"):
         ctx.progress(f"{h.name}: restarting container {ctid} ({host.name}); every process in "
                      "it is stopped")
         host.transport.close()  # the container's processes (our agent too) are about to die
-        cmd = (f"if pct status {ctid} | grep -q running; then pct stop {ctid}; fi "
-               f"&& pct start {ctid}")
         try:
-            h.run(cmd, timeout=max(120.0, wait), check=True,
-                  what=f"restarting container {ctid} on {h.name}",
-                  hint=f"on {h.name}: `pct status {ctid}`, `pct start {ctid}`; see "
-                  f"/var/log/pve/tasks or `journalctl -u pve-container@{ctid}`")
+            _restart_detached(h, ctid, timeout=max(120.0, wait))
         except BaseException:
             with contextlib.suppress(OrchestratorError):  # leave the host usable if it is up
                 host.transport.connect(budget=min(wait, 30.0))
@@ -690,3 +690,56 @@ class HostHealthStage(Stage, kind="host_health"):
         if disk:
             parts.append(f"{gib(disk.get('free'))} free at {disk.get('path')}")
         return ", ".join(parts)
+
+
+def _restart_detached(h: Host, ctid: int, timeout: float) -> None:
+    """`pct stop CTID && pct start CTID` on the hypervisor, detached from our SSH session.
+
+    Run as a plain command, a session cut between the stop and the start (the agent kills its
+    commands when the connection drops) would leave the container STOPPED, and nothing could
+    reach it again. So the restart runs in its own session (setsid) and records its output and
+    exit status under ~/.orchestrator/pct-restart-CTID-TOKEN/ on the hypervisor; we poll for
+    the status, reconnecting as needed. The job starts at most once per call (mkdir guard), so
+    a launch that is cut and re-sent never restarts the container twice.
+    """
+    job = f'"$HOME"/.orchestrator/pct-restart-{int(ctid)}-{secrets.token_hex(4)}'
+    restart = (f"if pct status {int(ctid)} | grep -q running; then pct stop {int(ctid)}; fi "
+               f"&& pct start {int(ctid)}")
+    inner = (f'mkdir "$0" 2>/dev/null || exit 0; ({restart}) >"$0/log" 2>&1; '
+             'echo $? >"$0/rc.tmp" && mv "$0/rc.tmp" "$0/rc"')
+    launch = (f"mkdir -p \"$HOME\"/.orchestrator && setsid sh -c {shlex.quote(inner)} {job} "
+              "</dev/null >/dev/null 2>&1 &")
+    hint = (f"on {h.name}: `pct status {ctid}`, `pct start {ctid}`; see /var/log/pve/tasks or "
+            f"`journalctl -u pve-container@{ctid}`")
+    deadline = time.monotonic() + timeout
+    launched = False
+    while True:
+        try:
+            if not launched:
+                h.run(launch, timeout=30, check=True,
+                      what=f"starting the restart of container {ctid} on {h.name}", hint=hint)
+                launched = True
+            res = h.run(f"cat {job}/rc 2>/dev/null", timeout=30)
+            if res.stdout.strip():
+                break
+        except TransientConnectError:
+            pass  # the session was cut: the next call reconnects (a re-sent launch is a no-op)
+        if time.monotonic() > deadline:
+            raise StageError(
+                f"restarting container {ctid} on {h.name} did not finish within {timeout:.0f}s: "
+                f"{restart}", hint=hint)
+        time.sleep(0.2)
+    code = int(res.stdout.strip()) if res.stdout.strip().lstrip("-").isdigit() else -1
+    out = ""
+    for _ in range(2):  # the restart is done: a cut here must not fail the stage
+        try:
+            out = h.run(f"cat {job}/log 2>/dev/null; rm -rf {job}", timeout=30).stdout
+            break
+        except TransientConnectError:
+            continue
+    if code != 0:
+        tail = "\n".join("    " + ln for ln in out.rstrip().splitlines()[-20:])
+        raise StageError(
+            f"restarting container {ctid} on {h.name} failed: exit code {code}\n"
+            f"  command: {restart}" + (f"\n  output (last lines):\n{tail}" if tail else ""),
+            hint=hint)

@@ -262,7 +262,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
             argv.append("--system-site-packages")
         if without_pip:
             argv.append("--without-pip")
-        argv.append(p.path)
+        argv += ["--", p.path]  # a path such as `--clear` or `-rf` is a path, not an option
         ctx.progress("creating " + p.path)
         r = host.run_argv(argv, timeout=ctx.timeout, env=self._env(ctx))
         if check and not r.ok:

@@ -151,7 +151,8 @@ class SGLangServerParams(Params):
     state_dir: str = Field(description="pid file, log, fingerprint, launch spec, key file")
     stop_stale: bool = Field(False, description="stop a foreign process holding the port")
     systemd: Literal["auto", "never", "always"] = "auto"
-    unit_name: str = "orchestrator-sglang"
+    unit_name: str = Field("orchestrator-sglang", pattern=r"^[A-Za-z0-9:_.@-]+$",
+                           description="systemd unit (a name: it goes under /etc/systemd/system)")
     autostart: bool = Field(False, description="enable the systemd unit (start at boot)")
     preflight: Literal["enforce", "warn", "off"] = "enforce"
     help_timeout: float = Field(120.0, description="limit for `launch_server --help`")
@@ -687,7 +688,7 @@ class SGLangServer(Stage, kind="sglang_server"):
                     "then deploy again")
             if time.monotonic() >= deadline:
                 return
-            time.sleep(min(0.2, max(0.01, deadline - time.monotonic())))
+            ctx.sleep(min(0.2, max(0.01, deadline - time.monotonic())))
 
 
 def _indent(text: str, prefix: str = "    ") -> str:

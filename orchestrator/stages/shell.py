@@ -10,7 +10,8 @@
         command: mkdir -p /srv/app
         creates: /srv/app                # converged when this path exists
 
-A `run:` stage is this kind, with `command` = the rendered `run` (template values shell-quoted).
+A `run:` stage is this kind, with `command` = the rendered `run` (template values shell-quoted);
+under `uses: shell`, `with: command` and `with: check` are rendered the same way.
 Without `check` or `creates` the stage always runs and always reports "changed".
 """
 
@@ -39,6 +40,7 @@ class ShellStage(Stage, kind="shell"):
 
     Params = ShellParams
     params: ShellParams
+    shell_params = frozenset({"command", "check"})
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params

@@ -249,7 +249,7 @@ class WaitReady(Stage, kind="wait_ready"):
                     f"{self._base} was not ready after {p.timeout:.0f}s ({last_state}); last "
                     f"lines of {path or 'the server log'}:\n{_indent(text)}",
                     hint="raise `timeout` if it is still loading, or fix what the log says")
-            time.sleep(p.poll_interval)
+            ctx.sleep(p.poll_interval)  # Ctrl-C ends the wait (a real load takes 15+ minutes)
         return time.monotonic() - t0
 
     # ------------------------------------------------------------------ apply

@@ -58,4 +58,7 @@ def write_yaml(path: Path, data: Any) -> Path:
 
 
 def local_inventory(path: Path, names: tuple[str, ...] = ("localhost",)) -> Path:
-    return write_yaml(path, {"hosts": {n: {"connection": "local"} for n in names}})
+    """Local hosts whose deploy lock lives beside the inventory (tests run in parallel)."""
+    return write_yaml(path, {"hosts": {
+        n: {"connection": "local", "lock_path": str(path.parent / f"{n}.deploy.lock")}
+        for n in names}})

@@ -14,11 +14,12 @@ def test_hello_example_converges_and_second_run_changes_nothing(tmp_path: Path) 
     work = tmp_path / "hello"
     args = ("deploy", str(REPO / "playbooks/examples/hello.yaml"),
             "-i", str(REPO / "configs/inventory/local.yaml"), "--var", f"workdir={work}")
-    first = cli(*args, runs=tmp_path / "runs")
+    home = {"HOME": str(tmp_path / "home")}  # the host lock goes under ~/.orchestrator
+    first = cli(*args, runs=tmp_path / "runs", env=home)
     assert first.code == 0, first.stderr
     st = first.statuses("localhost")
     assert len(st) >= 3 and "changed" in st.values() and "failed" not in st.values()
-    second = cli(*args, runs=tmp_path / "runs")
+    second = cli(*args, runs=tmp_path / "runs", env=home)
     assert second.code == 0, second.stderr
     assert set(second.statuses("localhost").values()) == {"ok"}
     assert second.run_dir != first.run_dir

@@ -1,0 +1,1 @@
+"""Reliability and security suites: config fuzzing, shell injection corpus, secret leaks."""
