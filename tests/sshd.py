@@ -186,6 +186,8 @@ class SSHServer:
             "ssh_config": str(empty_cfg),
             "connect_timeout": 5.0,
             "connect_budget": 10.0,
+            # every test server is this machine: keep each one's deploy lock apart
+            "lock_path": str(self.workdir / f"deploy-{self.address}-{self.port}.lock"),
         }
         fields.update(overrides)
         return HostSpec(**fields)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -156,6 +157,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"--wait-for-host: {exc}") from None
     REDACTOR.add_env(os.environ)
+    _interrupt_on_signals()
     pb, inv, cli_vars = _load(args.playbook, args.inventory, args.var)
     locked = load_lock(args.locked) if args.locked else None
     if locked is not None and not locked.get("complete", True):
@@ -227,6 +229,17 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if (run_dir / "deploy.lock.json").exists():
             out.print(f"lock file:  {run_dir}/deploy.lock.json")
     return exit_code
+
+
+def _interrupt_on_signals() -> None:
+    """Ctrl-C and SIGTERM stop the run cleanly (remote commands killed, record written, 130),
+    also when the shell that started us ignored SIGINT (e.g. a background job)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _link_latest(base: Path, run_id: str) -> None:

@@ -40,7 +40,10 @@ class CliRun:
 def cli(*args: str, runs: Path, env: dict[str, str] | None = None, timeout: float = 120,
         cwd: Path | None = None) -> CliRun:
     """Run `python -m orchestrator ARGS` with its run records under `runs`."""
-    full_env = {**os.environ, "ORCHESTRATOR_RUN_DIR": str(runs), **(env or {})}
+    # HOME per test: `connection: local` hosts keep their deploy lock under ~/.orchestrator,
+    # and tests run in parallel
+    full_env = {**os.environ, "ORCHESTRATOR_RUN_DIR": str(runs),
+                "HOME": str(runs.parent / "home"), **(env or {})}
     p = subprocess.run(
         [sys.executable, "-m", "orchestrator", *args],
         capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd,
