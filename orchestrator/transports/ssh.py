@@ -203,7 +203,11 @@ class _ChannelPipe:
                 pass
 
     def exit_status(self) -> int | None:
-        return self.chan.exit_status if self.chan.exit_status_ready() else None
+        # paramiko reports -1 for a channel that closed without an exit status: the
+        # connection was cut, nothing on the host exited
+        if not self.chan.exit_status_ready() or self.chan.exit_status == -1:
+            return None
+        return self.chan.exit_status
 
     def stderr_tail(self) -> str:
         self._drain_stderr()
@@ -508,6 +512,11 @@ class SSHTransport(AgentTransport):
                 hint=f"if you know why the key changed, remove the old entry with "
                 f"`ssh-keygen -R '{name}' -f {known}` and add the new one",
             )
+        if isinstance(exc, AuthenticationException) and "transport shut down or saw EOF" in str(
+                exc):
+            # paramiko's words for a connection that died DURING authentication: not a refusal
+            return TransientConnectError(f"{doing} {who}: the connection closed during "
+                                         "authentication", host=self.name)
         keys = conn.connect_kwargs.get("key_filename") or []
         tried = ", ".join(keys) if keys else "ssh-agent keys and ~/.ssh/id_*"
         if isinstance(exc, PasswordRequiredException):

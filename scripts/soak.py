@@ -1,0 +1,470 @@
+"""`make soak`: many cycles of deploy -> reboot -> deploy on 4 flaky simulated hosts.
+
+One simulator (`SimFleet`, 4 boxes: gpu-i + its hypervisor pve-i) with the `ssh-flaky` fault ON
+for every box, so SSH sessions are cut at random all along. Each cycle:
+
+  1. deploys playbooks/kimi-k2.6-eagle3.yaml on the 4 hosts (converged after the first cycle);
+  2. power-cycles every box (`reboot`: SSH down, every process killed, the nvidia-uvm major
+     re-rolled so CUDA init fails until the hypervisor fixes the container's cgroup);
+  3. deploys again at once with a `--wait-for-host` long enough for the downtime.
+
+Every deploy runs IN THIS PROCESS through the same code path as `orchestrator deploy`
+(load_all -> build_plan -> Runner with an EventBus, a JsonlWriter and a RunRecord into a run dir
+per deploy), so the orchestrator's own resident memory, open file descriptors and threads can be
+measured across cycles. A cycle fails when either deploy does not end with every host ready
+(exit code 0).
+
+Pass/fail (exit 1 on any):
+  * failures > 0;
+  * leftovers > 0: after the final `fleet.down()`, any process still carrying this simulator's
+    SIM_HOST_ID marker, a live simulator daemon, or a live child of this process;
+  * open fds grow: the count after the last cycle is above the count after the warm-up cycle
+    (fds are counted when no deploy runs: every connection is closed by then);
+  * RSS grows: the least-squares slope of RSS over the second half of the cycles (after the
+    warm-up: caches, imports and pools are full by then) is above --rss-slope-kib KiB per cycle
+    (default 256 KiB, i.e. < 13 MiB over 50 cycles; a leak of one deploy's state - events,
+    records, transports - is far above that). Judged from 10 cycles on: a shorter soak is
+    still warming up (RSS rises ~6 MiB over the first ~20 cycles, then stays flat).
+Also recorded per cycle: threads, and host processes on the simulated hosts (it must stay at
+the steady count: one server tree per host, no stray agents).
+
+    .venv/bin/python scripts/soak.py [--cycles 50] [--time-scale 0.002] [--flaky-rate 0.2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cli.logsetup import configure
+from orchestrator.config import load_all
+from orchestrator.errors import OrchestratorError
+from orchestrator.events import EventBus, JsonlWriter, RunRecord, new_run_id
+from orchestrator.lockfile import build_lock, write_lock
+from orchestrator.plan import Selection, build_plan
+from orchestrator.redact import REDACTOR
+from orchestrator.runner import Runner, RunOptions
+from orchestrator.sim.fleet import SimFleet
+
+REPO = Path(__file__).resolve().parents[1]
+PLAYBOOK = REPO / "playbooks" / "kimi-k2.6-eagle3.yaml"
+#: fewer cycles than this are still warming up (the 50-cycle soak plateaus after ~20): the
+#: RSS rule is reported but not judged
+MIN_RSS_CYCLES = 10
+
+
+# ------------------------------------------------------------------------------ measurements
+
+
+def _status_field(name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def rss_kib() -> int:
+    """This process's resident set size (VmRSS) in KiB."""
+    return _status_field("VmRSS")
+
+
+def open_fds() -> int:
+    """Open file descriptors of this process."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def thread_count() -> int:
+    """Threads of this process (the kernel's count, not only Python's)."""
+    return _status_field("Threads")
+
+
+def _state(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a live process (zombies count as gone)."""
+    return _state(pid) not in (None, b"Z", b"X")
+
+
+def marked_pids(simdir: Path) -> list[int]:
+    """Live (non-zombie) processes carrying this SIMDIR's SIM_HOST_ID marker."""
+    prefix = b"SIM_HOST_ID=" + hashlib.sha1(str(simdir.resolve()).encode()).hexdigest()[
+        :12].encode() + b":"
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if any(item.startswith(prefix) for item in env.split(b"\0")) and pid_alive(int(entry)):
+            out.append(int(entry))
+    return out
+
+
+def live_children(parent: int) -> list[int]:
+    """Live processes whose parent is `parent`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            data = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = data.rsplit(b")", 1)[-1].split()
+        if len(fields) > 1 and int(fields[1]) == parent and fields[0] not in (b"Z", b"X"):
+            out.append(int(entry))
+    return out
+
+
+def server_trees(fleet: SimFleet) -> int:
+    """Processes that belong to the servers the deploys started (one session per server)."""
+    sessions = set()
+    for h in fleet.info().get("hosts", []):
+        if h.get("role") == "hypervisor":
+            continue
+        pidfile = Path(h.get("root", "")) / "opt" / "orchestrator" / "run" / "server.pid"
+        try:
+            pid = int(json.loads(pidfile.read_text())["pid"])
+            sessions.add(os.getsid(pid))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    count = 0
+    for pid in marked_pids(fleet.simdir):
+        try:
+            if os.getsid(pid) in sessions:
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def slope(ys: list[float]) -> float:
+    """Least-squares slope of ys against 0..n-1 (0.0 for fewer than 2 points)."""
+    n = len(ys)
+    if n < 2:
+        return 0.0
+    mx = (n - 1) / 2
+    my = sum(ys) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sxx
+
+
+# ------------------------------------------------------------------------------ one deploy
+
+
+@dataclass
+class Deploy:
+    """What one in-process deploy did."""
+
+    exit_code: int
+    seconds: float
+    run_dir: str
+    statuses: dict[str, dict[str, str]]
+    retries: int
+    waits: int
+    errors: list[str] = field(default_factory=list)
+
+
+def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
+    """`orchestrator deploy PLAYBOOK -i INVENTORY --wait-for-host N --json`, in this process."""
+    REDACTOR.add_env(os.environ)
+    t0 = time.monotonic()
+    pb, inv = load_all(str(PLAYBOOK), str(inventory), {})
+    plan = build_plan(pb, inv, Selection.from_args(None, None, None, None))
+    run_id = new_run_id()
+    run_dir = runs / run_id
+    bus = EventBus(run_id)
+    writer = JsonlWriter(run_dir / "events.jsonl")
+    record = RunRecord(run_id, str(PLAYBOOK), str(inventory))
+    counts = {"stage.retry": 0, "host.waiting": 0}
+
+    def count(event: dict[str, Any]) -> None:
+        if event["event"] in counts:
+            counts[event["event"]] += 1
+
+    bus.subscribe(writer)
+    bus.subscribe(record)
+    bus.subscribe(count)
+    configure(bus)
+    options = RunOptions(wait_for_host=wait_for_host)
+    exit_code = 130
+    crash: str | None = None
+    try:
+        runner = Runner(plan, bus, cli_vars={}, options=options)
+        exit_code = runner.run().exit_code
+    except OrchestratorError as exc:  # as the CLI maps it: one message, its exit code
+        exit_code, crash = exc.exit_code, REDACTOR.redact(exc.render())
+    except Exception:  # noqa: BLE001 - a bug: the cycle fails, the soak goes on and reports it
+        exit_code, crash = 1, REDACTOR.redact(traceback.format_exc())
+    finally:
+        record.finish(exit_code)
+        record.write(run_dir / "summary.json")
+        lock = build_lock(record.data)
+        if lock["stages"]:
+            write_lock(REDACTOR.redact(lock), run_dir / "deploy.lock.json")
+        writer.close()
+        configure(None)
+    statuses = {h: {sid: st.get("status", "?") for sid, st in data["stages"].items()}
+                for h, data in record.data["hosts"].items()}
+    errors = [crash] if crash else []
+    for h, data in record.data["hosts"].items():
+        if data.get("error"):
+            errors.append(f"{h}: {str(data['error']).splitlines()[0]}")
+        for sid, st in data["stages"].items():
+            if st.get("status") == "failed":
+                errors.append(f"{h}/{sid}: {str(st.get('error', '')).splitlines()[:3]}")
+    return Deploy(exit_code, round(time.monotonic() - t0, 2), str(run_dir), statuses,
+                  counts["stage.retry"], counts["host.waiting"], errors)
+
+
+# ------------------------------------------------------------------------------ the soak
+
+
+@dataclass
+class Cycle:
+    """One deploy -> reboot -> deploy cycle and the orchestrator's footprint after it."""
+
+    n: int
+    ok: bool
+    first: dict[str, Any]
+    second: dict[str, Any]
+    rss_kib: int
+    fds: int
+    threads: int
+    host_procs: int
+    stray_host_procs: int
+    seconds: float
+
+
+def run_soak(cycles: int = 50, time_scale: float = 0.002, hosts: int = 4,
+             flaky_rate: float = 0.2, flaky_within: float = 2.0,
+             wait_for_host: float | None = None, workdir: Path | None = None,
+             rss_slope_kib: float = 256.0,
+             say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the soak; return its report (see `verdict` for pass/fail)."""
+    t_start = time.monotonic()
+    own_dir = workdir is None
+    work = Path(tempfile.mkdtemp(prefix="soak-")) if workdir is None else Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    simdir = work / "sim"
+    runs = work / "runs"
+    fleet = SimFleet.up(simdir, hosts=hosts, time_scale=time_scale)
+    daemon_pid = fleet.info().get("pid")
+    down_s = max(0.5, 300.0 * time_scale)  # the simulator's reboot downtime at this scale
+    wait = wait_for_host if wait_for_host is not None else max(60.0, 20 * down_s)
+    records: list[Cycle] = []
+    gpus = [f"gpu-{i}" for i in range(1, hosts + 1)]
+    try:
+        for g in gpus:
+            fleet.fault(g, "ssh-flaky", rate=flaky_rate, within=flaky_within)
+        say(f"soak: {cycles} cycles of deploy -> reboot -> deploy on {hosts} hosts, ssh-flaky "
+            f"rate {flaky_rate} within {flaky_within}s, time scale {time_scale} (reboot "
+            f"{down_s:.1f}s down, --wait-for-host {wait:.0f}s); work dir {work}")
+        for n in range(1, cycles + 1):
+            t0 = time.monotonic()
+            first = deploy(fleet.inventory_path, runs, wait)
+            for g in gpus:
+                fleet.fault(g, "reboot")
+            second = deploy(fleet.inventory_path, runs, wait)
+            ok = first.exit_code == 0 and second.exit_code == 0
+            marked = marked_pids(simdir)
+            servers = server_trees(fleet)
+            c = Cycle(n, ok, _brief(first), _brief(second), rss_kib(), open_fds(),
+                      thread_count(), len(marked), len(marked) - servers,
+                      round(time.monotonic() - t0, 2))
+            records.append(c)
+            say(f"cycle {n:3d}/{cycles} {'ok  ' if ok else 'FAIL'} "
+                f"deploy {first.seconds:5.1f}s (exit {first.exit_code}, "
+                f"{first.retries} retries) reboot+deploy {second.seconds:5.1f}s "
+                f"(exit {second.exit_code}, {second.retries} retries, {second.waits} waits) "
+                f"rss {c.rss_kib / 1024:6.1f} MiB fds {c.fds} threads {c.threads} "
+                f"host procs {c.host_procs} (stray {c.stray_host_procs})")
+            for d in (first, second):
+                for e in d.errors:
+                    say(f"    {e}")
+    finally:
+        fleet.down()
+    leftovers = _leftovers(simdir, daemon_pid)
+    report = summarize(records, leftovers, time.monotonic() - t_start, rss_slope_kib)
+    report["config"] = {"cycles": cycles, "hosts": hosts, "time_scale": time_scale,
+                        "flaky_rate": flaky_rate, "flaky_within": flaky_within,
+                        "wait_for_host": wait, "reboot_down_s": down_s, "work": str(work)}
+    report["cycles_detail"] = [asdict(c) for c in records]
+    if own_dir and report["passed"]:
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def _brief(d: Deploy) -> dict[str, Any]:
+    changed = sorted({sid for st in d.statuses.values() for sid, s in st.items()
+                      if s == "changed"})
+    return {"exit_code": d.exit_code, "seconds": d.seconds, "retries": d.retries,
+            "waits": d.waits, "changed": changed, "errors": d.errors, "run_dir": d.run_dir}
+
+
+def _leftovers(simdir: Path, daemon_pid: int | None) -> dict[str, list[int]]:
+    deadline = time.monotonic() + 5
+    while True:
+        left = {
+            "host_processes": marked_pids(simdir),
+            "daemon": [daemon_pid] if daemon_pid and pid_alive(daemon_pid) else [],
+            "children": live_children(os.getpid()),
+        }
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def summarize(records: list[Cycle], leftovers: dict[str, list[int]], total_s: float,
+              rss_slope_kib: float) -> dict[str, Any]:
+    """Figures and the verdict from the per-cycle records."""
+    n = len(records)
+    failures = [c.n for c in records if not c.ok]
+    rss = [c.rss_kib for c in records]
+    fds = [c.fds for c in records]
+    threads = [c.threads for c in records]
+    stray = [c.stray_host_procs for c in records]
+    warm = 1 if n >= 2 else 0  # the first cycle fills the caches (imports, agent sources...)
+    second_half = rss[n // 2:] if n >= 4 else rss[warm:]
+    rss_slope = slope([float(x) for x in second_half])
+    fd_growth = (fds[-1] - fds[warm]) if n else 0
+    n_left = sum(len(v) for v in leftovers.values())
+    reasons = []
+    if failures:
+        reasons.append(f"{len(failures)} failed cycle(s): {failures}")
+    if n_left:
+        reasons.append(f"{n_left} leftover process(es): {leftovers}")
+    if fd_growth > 0:
+        reasons.append(f"open fds grew by {fd_growth} after the warm-up ({fds[warm]} -> "
+                       f"{fds[-1]})")
+    rss_judged = n >= MIN_RSS_CYCLES
+    if rss_judged and rss_slope > rss_slope_kib:
+        reasons.append(f"RSS grows {rss_slope:.0f} KiB per cycle over the second half "
+                       f"(limit {rss_slope_kib:.0f})")
+    if n and stray[-1] > 0:
+        reasons.append(f"{stray[-1]} stray process(es) on the simulated hosts after the last "
+                       "cycle (beyond the servers)")
+    return {
+        "cycles": n,
+        "failures": len(failures),
+        "failed_cycles": failures,
+        "rss_mib": {"first": _mib(rss[0]) if n else None, "last": _mib(rss[-1]) if n else None,
+                    "max": _mib(max(rss)) if n else None,
+                    "growth": _mib(rss[-1] - rss[0]) if n else None,
+                    "slope_kib_per_cycle_second_half": round(rss_slope, 1),
+                    "limit_kib_per_cycle": rss_slope_kib, "judged": rss_judged},
+        "fds": {"first": fds[0] if n else None, "after_warmup": fds[warm] if n else None,
+                "last": fds[-1] if n else None, "max": max(fds) if n else None,
+                "growth_after_warmup": fd_growth},
+        "threads": {"first": threads[0] if n else None, "last": threads[-1] if n else None,
+                    "max": max(threads) if n else None},
+        "stray_host_procs": {"max": max(stray) if n else None,
+                             "last": stray[-1] if n else None},
+        "retries": sum(c.first["retries"] + c.second["retries"] for c in records),
+        "host_waits": sum(c.first["waits"] + c.second["waits"] for c in records),
+        "leftovers": n_left,
+        "leftover_pids": leftovers,
+        "total_s": round(total_s, 1),
+        "passed": not reasons,
+        "reasons": reasons,
+    }
+
+
+def _mib(kib: float) -> float:
+    return round(kib / 1024, 1)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The human summary printed at the end."""
+    r, f, t = report["rss_mib"], report["fds"], report["threads"]
+    cfg = report.get("config", {})
+    lines = [
+        "",
+        "== soak report",
+        f"cycles        {report['cycles']} (deploy -> reboot -> deploy on {cfg.get('hosts')} "
+        f"hosts, ssh-flaky rate {cfg.get('flaky_rate')}, time scale {cfg.get('time_scale')})",
+        f"failures      {report['failures']} {report['failed_cycles'] or ''}".rstrip(),
+        f"retries       {report['retries']} stage retries, {report['host_waits']} waits for "
+        "a host (sessions cut by ssh-flaky, reboots)",
+        f"RSS           first {r['first']} MiB, last {r['last']} MiB, max {r['max']} MiB, "
+        f"growth {r['growth']} MiB; second half {r['slope_kib_per_cycle_second_half']} "
+        f"KiB/cycle (limit {r['limit_kib_per_cycle']:.0f}"
+        + ("" if r["judged"] else f"; not judged under {MIN_RSS_CYCLES} cycles") + ")",
+        f"open fds      first {f['first']}, after warm-up {f['after_warmup']}, last "
+        f"{f['last']}, max {f['max']}",
+        f"threads       first {t['first']}, last {t['last']}, max {t['max']}",
+        f"stray host    max {report['stray_host_procs']['max']}, last "
+        f"{report['stray_host_procs']['last']} (host processes beyond the servers)",
+        f"leftovers     {report['leftovers']} after sim down",
+        f"total time    {report['total_s']}s",
+        "PASSED" if report["passed"] else "FAILED: " + "; ".join(report["reasons"]),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse flags, run the soak, print the report; exit 1 unless it passed."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=50)
+    ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--time-scale", type=float, default=0.002,
+                    help="simulated time scale (0.002: the 960 s load takes ~2 s)")
+    ap.add_argument("--flaky-rate", type=float, default=0.2,
+                    help="ssh-flaky: probability that a session is cut (default 0.2)")
+    ap.add_argument("--flaky-within", type=float, default=2.0,
+                    help="ssh-flaky: a cut session dies within this many seconds")
+    ap.add_argument("--wait-for-host", type=float, default=None,
+                    help="seconds a deploy waits for SSH (default: 20x the reboot downtime, "
+                         "at least 60)")
+    ap.add_argument("--rss-slope-kib", type=float, default=256.0,
+                    help="most RSS growth per cycle (second half, linear fit) that passes")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="work directory (default: a temp dir, removed when the soak passes)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = ap.parse_args(argv)
+    if args.cycles < 1:
+        ap.error("--cycles must be at least 1")
+    report = run_soak(cycles=args.cycles, time_scale=args.time_scale, hosts=args.hosts,
+                      flaky_rate=args.flaky_rate, flaky_within=args.flaky_within,
+                      wait_for_host=args.wait_for_host, workdir=args.dir,
+                      rss_slope_kib=args.rss_slope_kib,
+                      say=lambda s: print(s, flush=True))
+    print(render(report), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+    return 0 if report["passed"] else 1
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "soak"
+    # started in the background SIGINT may be ignored: Ctrl-C and `kill PID` both stop the
+    # deploy in progress cleanly and take the simulator down (no report)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    sys.exit(main())
