@@ -575,8 +575,20 @@ def server_start(state_dir: str, python: str, wait: float = 10.0) -> dict:
 
     Returns the pid file the supervisor writes once the server process exists, or
     {"error": ..., "log_tail": [...]} when the supervisor died first.
+
+    A request repeated while the supervisor of the previous one still runs starts nothing: the
+    agent client re-sends a probe whose connection dropped before the answer came back, and a
+    second server would fight the first for the port and the GPUs. It reports the running one
+    ("repeated": true). A legitimate start always follows the stop of the previous server.
     """
     p = _state_paths(state_dir)
+    starting = os.path.join(p["dir"], "supervisor.start")
+    prev = _load_json(starting)
+    if isinstance(prev, dict) and prev.get("supervisor_pid"):
+        sup = int(prev["supervisor_pid"])
+        if pid_alive(sup) and starttime(sup) == prev.get("starttime") and \
+                prev.get("boot_id") == _boot_id():
+            return _await_server(p, sup, None, wait, repeated=True)
     sup_path = os.path.join(p["dir"], SUPERVISOR_FILE)
     tmp = sup_path + ".tmp"
     with open(tmp, "w") as fh:
@@ -590,22 +602,41 @@ def server_start(state_dir: str, python: str, wait: float = 10.0) -> dict:
             stdout=subprocess.DEVNULL, stderr=err_fh, cwd=p["dir"], start_new_session=True,
             close_fds=True,
         )
+    tmp = starting + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"supervisor_pid": proc.pid, "starttime": starttime(proc.pid),
+                   "boot_id": _boot_id()}, fh)
+    os.replace(tmp, starting)
+    return _await_server(p, proc.pid, proc, wait)
+
+
+def _await_server(p: dict, sup: int, proc, wait: float, repeated: bool = False) -> dict:
+    """Wait for supervisor SUP to record its server in the pid file (proc: ours to reap/kill)."""
+    err_path = os.path.join(p["dir"], "supervisor.err")
     deadline = time.monotonic() + float(wait)
     while True:
         info = _load_json(p["pid"])
-        if isinstance(info, dict) and info.get("supervisor_pid") == proc.pid:
-            threading.Thread(target=_reap, args=(proc,), daemon=True).start()
-            return {"pidfile": info, "supervisor_pid": proc.pid}
-        if proc.poll() is not None or time.monotonic() > deadline:
-            late = proc.poll() is None
-            if late:
+        if isinstance(info, dict) and info.get("supervisor_pid") == sup:
+            if proc is not None:
+                threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+            out = {"pidfile": info, "supervisor_pid": sup}
+            if repeated:
+                out["repeated"] = True
+            return out
+        gone = proc.poll() is not None if proc is not None else not pid_alive(sup)
+        if gone or time.monotonic() > deadline:
+            late = not gone
+            if late and proc is not None:
                 os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            if proc is not None:
+                proc.wait()
             if late:
                 why = f"the supervisor did not start the server within {float(wait):g}s"
-            else:
+            elif proc is not None:
                 why = (f"the supervisor exited with code {proc.returncode} before starting "
                        "the server")
+            else:
+                why = "the supervisor exited before starting the server"
             return {"error": why, "stderr": "\n".join(_tail_lines(err_path, 20)),
                     "log_tail": _tail_lines(p["log"], 30)}
         time.sleep(0.02)
