@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from tenacity import (
@@ -68,6 +68,9 @@ MAX_PASSES = 3
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 TransportFactory = Callable[..., Transport]
+T = TypeVar("T")
+#: a stage's check is asked again this many times after a dropped connection
+CHECK_RECONNECTS = 2
 
 
 @dataclass
@@ -632,17 +635,36 @@ class Runner:
             for t in opened:
                 t.close()
 
+    def _read_only(self, host: str, sid: str, check: Callable[[], T]) -> T:
+        """Run a check, asking again after a dropped connection (the host reconnects on demand).
+
+        A check only reads (it is what --dry-run runs), so repeating it is always safe, like the
+        transport's re-sent probes and file reads; it costs no attempt of the stage's `retry:`
+        policy, which is for the changes that apply makes. Without this, the converged checks
+        of a deploy over a flaky link spent the retry budget that an interrupted apply needs.
+        """
+        for n in range(1, CHECK_RECONNECTS + 2):
+            try:
+                return check()
+            except ConnectionLost as exc:
+                if n > CHECK_RECONNECTS or self._cancel.is_set():
+                    raise
+                self.bus.publish("stage.check_retry", host=host, stage=sid, attempt=n,
+                                 error=str(exc).splitlines()[0])
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _check_apply(self, host: str, prep: PreparedStage, h: Host, ctx: StageContext,
                      attempt: int, timings: dict[str, float]) -> tuple[str, str]:
         spec, stage, sid = prep.spec, prep.stage, prep.spec.id
         assert stage is not None
         t = time.monotonic()
         if prep.check_cmd is not None:
-            r = h.run(prep.check_cmd, timeout=spec.timeout, become=spec.become, env=prep.env)
+            r = self._read_only(host, sid, lambda: h.run(
+                prep.check_cmd, timeout=spec.timeout, become=spec.become, env=prep.env))
             if r.ok:
                 timings["check_s"] = round(time.monotonic() - t, 3)
                 return "ok", "check passed"
-        verdict = stage.check(h, ctx)
+        verdict = self._read_only(host, sid, lambda: stage.check(h, ctx))
         timings["check_s"] = round(time.monotonic() - t, 3)
         if isinstance(verdict, Converged):
             return "ok", verdict.reason

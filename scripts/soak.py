@@ -184,6 +184,7 @@ class Deploy:
     statuses: dict[str, dict[str, str]]
     retries: int
     waits: int
+    check_retries: int
     errors: list[str] = field(default_factory=list)
 
 
@@ -198,7 +199,7 @@ def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
     bus = EventBus(run_id)
     writer = JsonlWriter(run_dir / "events.jsonl")
     record = RunRecord(run_id, str(PLAYBOOK), str(inventory))
-    counts = {"stage.retry": 0, "host.waiting": 0}
+    counts = {"stage.retry": 0, "host.waiting": 0, "stage.check_retry": 0}
 
     def count(event: dict[str, Any]) -> None:
         if event["event"] in counts:
@@ -236,7 +237,8 @@ def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
             if st.get("status") == "failed":
                 errors.append(f"{h}/{sid}: {str(st.get('error', '')).splitlines()[:3]}")
     return Deploy(exit_code, round(time.monotonic() - t0, 2), str(run_dir), statuses,
-                  counts["stage.retry"], counts["host.waiting"], errors)
+                  counts["stage.retry"], counts["host.waiting"], counts["stage.check_retry"],
+                  errors)
 
 
 # ------------------------------------------------------------------------------ the soak
@@ -263,7 +265,7 @@ def run_soak(cycles: int = 50, time_scale: float = 0.002, hosts: int = 4,
              wait_for_host: float | None = None, workdir: Path | None = None,
              rss_slope_kib: float = 256.0,
              say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the soak; return its report (see `verdict` for pass/fail)."""
+    """Run the soak; return its report (pass/fail rules: `summarize`)."""
     t_start = time.monotonic()
     own_dir = workdir is None
     work = Path(tempfile.mkdtemp(prefix="soak-")) if workdir is None else Path(workdir)
@@ -285,9 +287,13 @@ def run_soak(cycles: int = 50, time_scale: float = 0.002, hosts: int = 4,
         for n in range(1, cycles + 1):
             t0 = time.monotonic()
             first = deploy(fleet.inventory_path, runs, wait)
+            if first.exit_code == 130:
+                raise KeyboardInterrupt("a deploy was interrupted")
             for g in gpus:
                 fleet.fault(g, "reboot")
             second = deploy(fleet.inventory_path, runs, wait)
+            if second.exit_code == 130:
+                raise KeyboardInterrupt("a deploy was interrupted")  # Ctrl-C / kill: stop
             ok = first.exit_code == 0 and second.exit_code == 0
             marked = marked_pids(simdir)
             servers = server_trees(fleet)
@@ -321,7 +327,8 @@ def _brief(d: Deploy) -> dict[str, Any]:
     changed = sorted({sid for st in d.statuses.values() for sid, s in st.items()
                       if s == "changed"})
     return {"exit_code": d.exit_code, "seconds": d.seconds, "retries": d.retries,
-            "waits": d.waits, "changed": changed, "errors": d.errors, "run_dir": d.run_dir}
+            "waits": d.waits, "check_retries": d.check_retries, "changed": changed,
+            "errors": d.errors, "run_dir": d.run_dir}
 
 
 def _leftovers(simdir: Path, daemon_pid: int | None) -> dict[str, list[int]]:
@@ -384,6 +391,8 @@ def summarize(records: list[Cycle], leftovers: dict[str, list[int]], total_s: fl
                              "last": stray[-1] if n else None},
         "retries": sum(c.first["retries"] + c.second["retries"] for c in records),
         "host_waits": sum(c.first["waits"] + c.second["waits"] for c in records),
+        "check_retries": sum(c.first.get("check_retries", 0) + c.second.get("check_retries", 0)
+                             for c in records),
         "leftovers": n_left,
         "leftover_pids": leftovers,
         "total_s": round(total_s, 1),
@@ -406,8 +415,9 @@ def render(report: dict[str, Any]) -> str:
         f"cycles        {report['cycles']} (deploy -> reboot -> deploy on {cfg.get('hosts')} "
         f"hosts, ssh-flaky rate {cfg.get('flaky_rate')}, time scale {cfg.get('time_scale')})",
         f"failures      {report['failures']} {report['failed_cycles'] or ''}".rstrip(),
-        f"retries       {report['retries']} stage retries, {report['host_waits']} waits for "
-        "a host (sessions cut by ssh-flaky, reboots)",
+        f"retries       {report['retries']} stage retries, {report['check_retries']} checks "
+        f"asked again after a cut, {report['host_waits']} waits for a host (sessions cut by "
+        "ssh-flaky, reboots)",
         f"RSS           first {r['first']} MiB, last {r['last']} MiB, max {r['max']} MiB, "
         f"growth {r['growth']} MiB; second half {r['slope_kib_per_cycle_second_half']} "
         f"KiB/cycle (limit {r['limit_kib_per_cycle']:.0f}"
