@@ -34,7 +34,6 @@ the steady count: one server tree per host, no stray agents).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -58,6 +57,8 @@ from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.runner import Runner, RunOptions
 from orchestrator.sim.fleet import SimFleet
+from orchestrator.sim.fleet import host_pids as marked_pids
+from orchestrator.sim.procs import alive as pid_alive
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = REPO / "playbooks" / "kimi-k2.6-eagle3.yaml"
@@ -90,36 +91,6 @@ def open_fds() -> int:
 def thread_count() -> int:
     """Threads of this process (the kernel's count, not only Python's)."""
     return _status_field("Threads")
-
-
-def _state(pid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    """True for a live process (zombies count as gone)."""
-    return _state(pid) not in (None, b"Z", b"X")
-
-
-def marked_pids(simdir: Path) -> list[int]:
-    """Live (non-zombie) processes carrying this SIMDIR's SIM_HOST_ID marker."""
-    prefix = b"SIM_HOST_ID=" + hashlib.sha1(str(simdir.resolve()).encode()).hexdigest()[
-        :12].encode() + b":"
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if any(item.startswith(prefix) for item in env.split(b"\0")) and pid_alive(int(entry)):
-            out.append(int(entry))
-    return out
 
 
 def live_children(parent: int) -> list[int]:

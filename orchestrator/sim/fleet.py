@@ -84,7 +84,13 @@ class SimError(Exception):
 
 
 def dir_hash(simdir: Path) -> str:
+    """The marker prefix of the hosts of the simulator in SIMDIR (see `procs`)."""
     return hashlib.sha1(str(Path(simdir).resolve()).encode()).hexdigest()[:12]
+
+
+def host_pids(simdir: Path) -> list[int]:
+    """Live (non-zombie) processes of every host of the simulator in SIMDIR (by their marker)."""
+    return [p for p in procs.marked(prefix=f"{dir_hash(simdir)}:") if procs.alive(p)]
 
 
 # ------------------------------------------------------------------------------ keys, files

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 import subprocess
 import sys
 import time
@@ -13,36 +11,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sim.fleet import SimFleet
+from orchestrator.sim.fleet import host_pids as marked_pids
+from orchestrator.sim.procs import alive as pid_alive
 
 TEST_SCALE = 0.001
-
-
-def marked_pids(simdir: Path) -> list[int]:
-    """Live (non-zombie) processes carrying this SIMDIR's SIM_HOST_ID marker."""
-    prefix = b"SIM_HOST_ID=" + hashlib.sha1(str(simdir.resolve()).encode()).hexdigest()[
-        :12].encode() + b":"
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        if stat.rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
-            continue
-        if any(item.startswith(prefix) for item in env.split(b"\0")):
-            out.append(int(entry))
-    return out
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat.rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
 
 
 def assert_nothing_left(simdir: Path, daemon_pid: int | None) -> None:
