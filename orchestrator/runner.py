@@ -16,6 +16,7 @@ concurrently running stage, opened lazily.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import socket
@@ -71,6 +72,8 @@ TransportFactory = Callable[..., Transport]
 T = TypeVar("T")
 #: a stage's check is asked again this many times after a dropped connection
 CHECK_RECONNECTS = 2
+#: how long a re-opened connection waits for the agent of the dropped one to free the host lock
+LOCK_HANDOVER_S = 30.0
 
 
 @dataclass
@@ -201,10 +204,12 @@ def _prepare_one(
 class _ConnectionPool:
     """The connections to one host; each is used by one thread at a time."""
 
-    def __init__(self, spec: HostSpec, factory: TransportFactory, on_wait: Callable[..., None]):
+    def __init__(self, spec: HostSpec, factory: TransportFactory, on_wait: Callable[..., None],
+                 on_reconnect: Callable[[Transport], None] | None = None):
         self.spec = spec
         self.factory = factory
         self.on_wait = on_wait
+        self.on_reconnect = on_reconnect
         self._free: list[Transport] = []
         self._all: list[Transport] = []
         self._lock = threading.Lock()
@@ -217,6 +222,8 @@ class _ConnectionPool:
                 idle.connect(budget=budget)  # e.g. the container was restarted meanwhile
             return idle
         t = self.factory(self.spec, on_wait=self.on_wait)
+        if self.on_reconnect is not None:
+            t.on_reconnect = functools.partial(self.on_reconnect, t)
         t.connect(budget=budget)
         with self._lock:
             self._all.append(t)
@@ -375,7 +382,10 @@ class Runner:
                 error=str(error).splitlines()[0] if error else None,
             )
 
-        pool = _ConnectionPool(spec, self.factory, on_wait)
+        def relock(t: Transport) -> None:  # the lock lives with the connection that took it
+            self._take_lock(host, spec, t, pool)
+
+        pool = _ConnectionPool(spec, self.factory, on_wait, relock)
         self._pools[host] = pool
         self.bus.publish("host.start", host=host, stages=list(stages))
         wait_for_host = max(self.options.wait_for_host, spec.wait_for_host or 0.0)
@@ -386,7 +396,7 @@ class Runner:
             return
         self.bus.publish("host.connected", host=host, duration_s=round(time.monotonic() - t0, 3))
         try:
-            self._take_lock(host, spec, first)
+            self._take_lock(host, spec, first, pool)
         except LockHeld as exc:
             self._host_locked(host, stages, exc)
             return
@@ -496,20 +506,37 @@ class Runner:
             self._end_stage(host, sid, "skipped", 0.0, reason="host unreachable")
         self.bus.publish("host.end", host=host, status="unreachable")
 
-    def _take_lock(self, host: str, spec: HostSpec, transport: Transport) -> None:
-        """Hold the host's deploy lock on this connection (no-op for a dry run)."""
+    def _take_lock(self, host: str, spec: HostSpec, transport: Transport,
+                   pool: _ConnectionPool) -> None:
+        """Hold the host's deploy lock on this connection (no-op for a dry run).
+
+        Also called when a connection is re-opened on demand: the lock is released with the
+        connection that held it, and another deploy must not slip in while this one goes on.
+        """
         if self.options.dry_run:
             return
-        res = transport.probe("lock_acquire", path=spec.lock_path, owner=self._owner)
-        if res.get("acquired"):
-            prev = res.get("previous") or {}
-            if prev.get("run_id") not in (None, self.bus.run_id):
-                self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
-                                 previous=prev)
-            return
-        holder = res.get("holder") or {}
-        if holder.get("run_id") == self.bus.run_id:
-            return  # held by another connection of this same run
+        handover: float | None = None
+        while True:
+            res = transport.probe("lock_acquire", path=spec.lock_path, owner=self._owner)
+            if res.get("acquired"):
+                prev = res.get("previous") or {}
+                if prev.get("run_id") not in (None, self.bus.run_id):
+                    self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
+                                     previous=prev)
+                return
+            holder = res.get("holder") or {}
+            if holder.get("run_id") != self.bus.run_id:
+                break
+            live = {getattr(t, "agent_info", {}).get("pid") for t in pool.connections()} - {None}
+            if holder.get("agent_pid") in live or not live:
+                return  # held by another live connection of this same run
+            # held by the agent of our own dropped connection: it exits once sshd notices
+            now = time.monotonic()
+            if handover is None:
+                handover = now + LOCK_HANDOVER_S
+                self.bus.publish("host.lock_handover", host=host, agent_pid=holder.get("agent_pid"))
+            if now > handover or self._cancel.wait(0.1):
+                return  # still ours in name; it frees when that agent exits
         raise LockHeld(
             f"{host}: another deploy holds {res.get('path')}: run {holder.get('run_id')} "
             f"of {holder.get('user')}@{holder.get('operator')} (playbook "
@@ -554,7 +581,7 @@ class Runner:
         transport: Transport | None = None
         try:
             transport = pool.acquire(pool.spec.connect_budget)
-            self._take_lock(host, pool.spec, transport)
+            self._take_lock(host, pool.spec, transport, pool)
             for attempt in _retry_policy(spec.retry, self.options.sleep, self.bus, host, sid):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number

@@ -511,6 +511,7 @@ class AgentTransport(Transport):
         self._lock = threading.RLock()
         self._closing = threading.Event()
         self._closed = False  # close() was called; only an explicit connect() reopens
+        self._in_hook = False  # on_reconnect is running (under self._lock)
 
     # ---- to implement ---------------------------------------------------------------------
     @abstractmethod
@@ -564,6 +565,14 @@ class AgentTransport(Transport):
                 )
             self.connect(self.spec.connect_budget)
             assert self._session is not None
+            hook = self.on_reconnect
+            if hook is not None and not self._in_hook:
+                self._in_hook = True  # its own requests may reconnect again: no recursion
+                try:
+                    hook()
+                finally:
+                    self._in_hook = False
+            assert self._session is not None  # the hook's own requests may have reconnected
             return self._session
 
     def run(

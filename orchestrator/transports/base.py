@@ -26,6 +26,10 @@ class Transport(ABC):
 
     #: host name used in messages and errors
     name: str
+    #: called (on the calling thread) after the transport re-opened a dropped connection on
+    #: demand, before the request that needed it is sent; what it raises fails that request.
+    #: The runner re-takes the host's deploy lock here: the lock lives with the connection.
+    on_reconnect: Callable[[], None] | None = None
 
     @abstractmethod
     def connect(self, budget: float | None = None) -> None:
