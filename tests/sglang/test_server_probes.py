@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -91,8 +92,9 @@ def test_stop_kills_the_whole_group_after_the_grace(agent: LocalTransport,
             "time.sleep(300)\n")
     write_launch(sd, code, key=False)
     info = agent.probe("server_start", state_dir=str(sd), python=sys.executable)["pidfile"]
-    assert wait_until(lambda: "child" in (sd / "server.log").read_text())
-    child = int((sd / "server.log").read_text().split()[1])
+    # the line may reach the log in pieces: wait for all of it
+    assert wait_until(lambda: re.search(r"child (\d+)\n", (sd / "server.log").read_text()))
+    child = int(re.search(r"child (\d+)\n", (sd / "server.log").read_text()).group(1))
     st = agent.probe("server_status", state_dir=str(sd))
     assert st["process"]["same_process"] and st["process"]["uptime_s"] is not None
     res = agent.probe("server_stop", state_dir=str(sd), grace=0.5)
