@@ -7,6 +7,7 @@ import http.server
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.model import HostSpec
+from orchestrator.sim.procs import alive
 from orchestrator.transports.local import LocalTransport
 
 KEY = "sk-probe-canary-7d1e2a9c"
@@ -172,3 +174,41 @@ def test_log_read_follows_and_notices_rotation(agent: LocalTransport, tmp_path: 
     tail = agent.probe("log_tail", path=str(log), lines=5)
     assert tail == {"path": str(log), "exists": True, "lines": ["fresh"]}
     assert agent.probe("log_tail", path=str(tmp_path / "nope"))["exists"] is False
+
+
+# `server_start` asked twice starts ONE server (through the real agent, LocalTransport).
+#
+# The agent client re-sends a probe whose connection dropped before the answer came back
+# (AgentTransport._call). A cut during `server_start` thus ran it twice: two supervisors, two
+# servers fighting for the port, the first one orphaned (found by the soak, scripts/soak.py).
+# A repeated request while the previous supervisor runs now reports that one; after a stop, a
+# start starts a new one.
+
+
+def test_a_repeated_start_reports_the_running_server(agent: LocalTransport,
+                                                     tmp_path: Path) -> None:
+    sd = tmp_path / "run"
+    write_launch(sd, "import time; time.sleep(300)", key=False)
+    first = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+    sup, pid = first["supervisor_pid"], first["pidfile"]["pid"]
+    try:
+        assert "repeated" not in first
+        # the same request again, as the client re-sends it after a dropped connection
+        again = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+        assert again.get("repeated") is True
+        assert again["supervisor_pid"] == sup and again["pidfile"]["pid"] == pid
+        assert json.loads((sd / "server.pid").read_text())["pid"] == pid
+        # still exactly one server: no second supervisor was ever started
+        sups = [p for p in os.listdir("/proc") if p.isdigit() and alive(int(p))
+                and str(sd / "supervise.py").encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert sups == [str(sup)]
+        # after a stop, a start is a new server
+        stop = agent.probe("server_stop", state_dir=str(sd), grace=5)
+        assert stop["stopped"]
+        new = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+        assert "repeated" not in new and new["supervisor_pid"] != sup
+        agent.probe("server_stop", state_dir=str(sd), grace=5)
+    finally:
+        for p in (pid, sup):
+            if alive(p):
+                os.killpg(os.getpgid(p), signal.SIGKILL)
