@@ -91,6 +91,10 @@ class ConsoleView:
             self._print(f"[{host}] took over the deploy lock left by run {prev.get('run_id')} "
                         f"({prev.get('user')}@{prev.get('operator')}), which is gone",
                         style="yellow")
+        elif kind == "host.lock_handover":
+            self._print(f"[{host}] connection re-opened: waiting for the agent of the dropped "
+                        f"one (pid {e.get('agent_pid')}) to let go of the deploy lock",
+                        style="yellow")
         elif kind == "stage.start":
             line.running[e["stage"]] = time.monotonic()
         elif kind == "stage.progress":
@@ -105,6 +109,9 @@ class ConsoleView:
         elif kind == "stage.retry":
             self._print(f"[{host}] {e['stage']} attempt {e.get('attempt')} failed "
                         f"({e.get('error')}); retrying in {e.get('sleep_s')}s", style="yellow")
+        elif kind == "stage.check_retry":
+            self._print(f"[{host}] {e['stage']} check cut ({e.get('error')}); asking again",
+                        style="yellow")
         elif kind == "stage.end":
             line.running.pop(e["stage"], None)
             line.done += 1

@@ -36,6 +36,7 @@ def test_a_check_cut_once_is_asked_again_and_converges(tmp_path: Path) -> None:
     assert end["attempts"] == 1
     again = [e for e in r.events if e["event"] == "stage.check_retry"]
     assert len(again) == 1 and "connection lost" in again[0]["error"]
+    assert "[localhost] probe check cut (" in r.stdout + r.stderr  # the operator sees it
     assert not (tmp_path / "applied").exists()  # converged: nothing was applied
 
 
