@@ -351,7 +351,8 @@ def test_eagle_with_an_eagle3_drafter_accepts_nothing(launcher: Launcher, models
 
 
 def test_aggregate_throughput_without_speculation(launcher: Launcher, models) -> None:
-    # a coarser time scale so that 32 HTTP requests overlap: one decode step = 2 ms real
+    # a coarser time scale so that 32 HTTP requests overlap: one decode step = 2 ms real, so
+    # 1500 tokens keep each request decoding ~3 s, long enough for all 32 to arrive on a busy box
     server = launcher.start(["--model-path", models["k26"], "--tp-size", "8",
                              "--decode-log-interval", "10", "--disable-cuda-graph"],
                             SIMHW_TEST_TIME_SCALE="0.05", SIMHW_TEST_LOAD_SECONDS="1")
@@ -359,7 +360,7 @@ def test_aggregate_throughput_without_speculation(launcher: Launcher, models) ->
 
     def one(i: int) -> int:
         status, _ = server.get("/generate", body={"text": f"q{i}",
-                                                  "sampling_params": {"max_new_tokens": 200}})
+                                                  "sampling_params": {"max_new_tokens": 1500}})
         return status
 
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
