@@ -383,7 +383,7 @@ class Runner:
             )
 
         def relock(t: Transport) -> None:  # the lock lives with the connection that took it
-            self._take_lock(host, spec, t, pool)
+            self._take_lock(host, spec, t, pool, reopened=True)
 
         pool = _ConnectionPool(spec, self.factory, on_wait, relock)
         self._pools[host] = pool
@@ -507,7 +507,7 @@ class Runner:
         self.bus.publish("host.end", host=host, status="unreachable")
 
     def _take_lock(self, host: str, spec: HostSpec, transport: Transport,
-                   pool: _ConnectionPool) -> None:
+                   pool: _ConnectionPool, reopened: bool = False) -> None:
         """Hold the host's deploy lock on this connection (no-op for a dry run).
 
         Also called when a connection is re-opened on demand: the lock is released with the
@@ -523,6 +523,8 @@ class Runner:
                 if prev.get("run_id") not in (None, self.bus.run_id):
                     self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
                                      previous=prev)
+                elif reopened and not res.get("held_here"):
+                    self.bus.publish("host.lock_retaken", host=host, path=res.get("path"))
                 return
             holder = res.get("holder") or {}
             if holder.get("run_id") != self.bus.run_id:

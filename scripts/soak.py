@@ -65,6 +65,10 @@ PLAYBOOK = REPO / "playbooks" / "kimi-k2.6-eagle3.yaml"
 #: fewer cycles than this are still warming up (the 50-cycle soak plateaus after ~20): the
 #: RSS rule is reported but not judged
 MIN_RSS_CYCLES = 10
+#: runner events counted per deploy -> their names in the report
+COUNTED = {"stage.retry": "retries", "stage.check_retry": "check_retries",
+           "host.waiting": "waits", "host.lock_retaken": "lock_retakes",
+           "host.lock_handover": "lock_handovers"}
 
 
 # ------------------------------------------------------------------------------ measurements
@@ -153,10 +157,16 @@ class Deploy:
     seconds: float
     run_dir: str
     statuses: dict[str, dict[str, str]]
-    retries: int
-    waits: int
-    check_retries: int
+    counts: dict[str, int]  # the events of COUNTED, by their short names
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def retries(self) -> int:
+        return self.counts["retries"]
+
+    @property
+    def waits(self) -> int:
+        return self.counts["waits"]
 
 
 def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
@@ -170,11 +180,11 @@ def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
     bus = EventBus(run_id)
     writer = JsonlWriter(run_dir / "events.jsonl")
     record = RunRecord(run_id, str(PLAYBOOK), str(inventory))
-    counts = {"stage.retry": 0, "host.waiting": 0, "stage.check_retry": 0}
+    counts = dict.fromkeys(COUNTED.values(), 0)
 
     def count(event: dict[str, Any]) -> None:
-        if event["event"] in counts:
-            counts[event["event"]] += 1
+        if event["event"] in COUNTED:
+            counts[COUNTED[event["event"]]] += 1
 
     bus.subscribe(writer)
     bus.subscribe(record)
@@ -207,8 +217,7 @@ def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
         for sid, st in data["stages"].items():
             if st.get("status") == "failed":
                 errors.append(f"{h}/{sid}: {str(st.get('error', '')).splitlines()[:3]}")
-    return Deploy(exit_code, round(time.monotonic() - t0, 2), str(run_dir), statuses,
-                  counts["stage.retry"], counts["host.waiting"], counts["stage.check_retry"],
+    return Deploy(exit_code, round(time.monotonic() - t0, 2), str(run_dir), statuses, counts,
                   errors)
 
 
@@ -297,8 +306,7 @@ def run_soak(cycles: int = 50, time_scale: float = 0.002, hosts: int = 4,
 def _brief(d: Deploy) -> dict[str, Any]:
     changed = sorted({sid for st in d.statuses.values() for sid, s in st.items()
                       if s == "changed"})
-    return {"exit_code": d.exit_code, "seconds": d.seconds, "retries": d.retries,
-            "waits": d.waits, "check_retries": d.check_retries, "changed": changed,
+    return {"exit_code": d.exit_code, "seconds": d.seconds, **d.counts, "changed": changed,
             "errors": d.errors, "run_dir": d.run_dir}
 
 
@@ -360,10 +368,8 @@ def summarize(records: list[Cycle], leftovers: dict[str, list[int]], total_s: fl
                     "max": max(threads) if n else None},
         "stray_host_procs": {"max": max(stray) if n else None,
                              "last": stray[-1] if n else None},
-        "retries": sum(c.first["retries"] + c.second["retries"] for c in records),
-        "host_waits": sum(c.first["waits"] + c.second["waits"] for c in records),
-        "check_retries": sum(c.first.get("check_retries", 0) + c.second.get("check_retries", 0)
-                             for c in records),
+        **{name: sum(c.first.get(name, 0) + c.second.get(name, 0) for c in records)
+           for name in COUNTED.values()},
         "leftovers": n_left,
         "leftover_pids": leftovers,
         "total_s": round(total_s, 1),
@@ -387,8 +393,9 @@ def render(report: dict[str, Any]) -> str:
         f"hosts, ssh-flaky rate {cfg.get('flaky_rate')}, time scale {cfg.get('time_scale')})",
         f"failures      {report['failures']} {report['failed_cycles'] or ''}".rstrip(),
         f"retries       {report['retries']} stage retries, {report['check_retries']} checks "
-        f"asked again after a cut, {report['host_waits']} waits for a host (sessions cut by "
-        "ssh-flaky, reboots)",
+        f"asked again after a cut, {report['waits']} waits for a host (sessions cut by "
+        f"ssh-flaky, reboots), {report['lock_retakes']} host locks re-taken on a re-opened "
+        f"connection ({report['lock_handovers']} after waiting for the dropped one)",
         f"RSS           first {r['first']} MiB, last {r['last']} MiB, max {r['max']} MiB, "
         f"growth {r['growth']} MiB; second half {r['slope_kib_per_cycle_second_half']} "
         f"KiB/cycle (limit {r['limit_kib_per_cycle']:.0f}"

@@ -89,6 +89,8 @@ def test_a_reconnected_stage_holds_the_lock_again(tmp_path: Path) -> None:
     assert r.code == 0, r.stdout + r.stderr
     end = next(e for e in r.events if e["event"] == "stage.end")
     assert end["status"] == "changed" and end["attempts"] == 2
+    assert [e["event"] for e in r.events if e["event"].startswith("host.lock_")][-1] == \
+        "host.lock_retaken"
     assert json.loads(lock.read_text() or "{}") == {}  # released at the end, as always
 
 
