@@ -191,33 +191,29 @@ def host_status(target: ServiceTarget, transport: Transport) -> dict[str, Any]:
     return out
 
 
-def _per_host(targets: list[ServiceTarget], fn: Callable[[ServiceTarget], dict[str, Any]]
-              ) -> list[dict[str, Any]]:
+def _on_each(targets: list[ServiceTarget], fn: Callable[[ServiceTarget, Transport],
+                                                         dict[str, Any]],
+             factory: TransportFactory | None, budget: float) -> list[dict[str, Any]]:
+    """fn(target, its connection) on every target in parallel; a host that fails is reported."""
+    def one(target: ServiceTarget) -> dict[str, Any]:
+        try:
+            t = _connect(target, factory, budget)
+            try:
+                return fn(target, t)
+            finally:
+                t.close()
+        except OrchestratorError as exc:
+            return {"host": target.name, "state": "unreachable" if exc.exit_code == 3 else "error",
+                    "error": REDACTOR.redact(exc.render()), "exit_code": exc.exit_code}
+
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as ex:
-        return list(ex.map(fn, targets))
-
-
-def _guard(target: ServiceTarget, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    try:
-        return fn()
-    except OrchestratorError as exc:
-        return {"host": target.name, "state": "unreachable" if exc.exit_code == 3 else "error",
-                "error": REDACTOR.redact(exc.render()), "exit_code": exc.exit_code}
+        return list(ex.map(one, targets))
 
 
 def collect_status(targets: list[ServiceTarget], *, factory: TransportFactory | None = None,
                    budget: float = 10.0) -> list[dict[str, Any]]:
     """host_status for every target, in parallel; unreachable hosts are reported, not raised."""
-    def one(target: ServiceTarget) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            t = _connect(target, factory, budget)
-            try:
-                return host_status(target, t)
-            finally:
-                t.close()
-        return _guard(target, run)
-
-    return _per_host(targets, one)
+    return _on_each(targets, host_status, factory, budget)
 
 
 def status_exit_code(rows: list[dict[str, Any]]) -> int:
@@ -269,19 +265,13 @@ def tail_logs(targets: list[ServiceTarget], lines: int = 50, *,
               factory: TransportFactory | None = None, budget: float = 10.0
               ) -> list[dict[str, Any]]:
     """The last `lines` lines of each host's server log: [{"host", "lines"|"error"}]."""
-    def one(target: ServiceTarget) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            t = _connect(target, factory, budget)
-            try:
-                res = t.probe("log_tail", path=target.log_path, lines=lines)
-            finally:
-                t.close()
-            if not res.get("exists"):
-                return {"host": target.name, "lines": [], "missing": target.log_path}
-            return {"host": target.name, "lines": res.get("lines") or []}
-        return _guard(target, run)
+    def one(target: ServiceTarget, t: Transport) -> dict[str, Any]:
+        res = t.probe("log_tail", path=target.log_path, lines=lines)
+        if not res.get("exists"):
+            return {"host": target.name, "lines": [], "missing": target.log_path}
+        return {"host": target.name, "lines": res.get("lines") or []}
 
-    return _per_host(targets, one)
+    return _on_each(targets, one, factory, budget)
 
 
 def follow_logs(
@@ -353,13 +343,4 @@ def stop_all(targets: list[ServiceTarget], *, grace: float = 60.0,
              factory: TransportFactory | None = None, budget: float = 10.0
              ) -> list[dict[str, Any]]:
     """stop_host on every target, in parallel."""
-    def one(target: ServiceTarget) -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            t = _connect(target, factory, budget)
-            try:
-                return stop_host(target, t, grace)
-            finally:
-                t.close()
-        return _guard(target, run)
-
-    return _per_host(targets, one)
+    return _on_each(targets, lambda target, t: stop_host(target, t, grace), factory, budget)

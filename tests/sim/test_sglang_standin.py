@@ -23,6 +23,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from orchestrator.sim.hubrepos import eagle3_config
+from tests.sglang.simhost import K2_CONFIG
 from tests.sim.conftest_index import (  # noqa: F401 - fixtures
     Venv,
     clean_env,
@@ -54,29 +56,7 @@ K26_CONFIG = {
         },
     },
 }
-K2_CONFIG = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "kimi_k2",
-    "hidden_size": 7168,
-    "vocab_size": 163840,
-    "num_hidden_layers": 61,
-    "max_position_embeddings": 131072,
-}
-DRAFTER_CONFIG = {  # FACTS.md: the lightseekorg/kimi-k2.6-eagle3 family
-    "architectures": ["LlamaForCausalLMEagle3"],
-    "model_type": "llama",
-    "hidden_size": 7168,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "head_dim": 128,
-    "intermediate_size": 18432,
-    "vocab_size": 163840,
-    "draft_vocab_size": 32000,
-    "max_position_embeddings": 262144,
-    "rope_theta": 1000000,
-    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True},
-}
+DRAFTER_CONFIG = eagle3_config()  # FACTS.md: the lightseekorg/kimi-k2.6-eagle3 family
 
 
 def _free_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import getpass
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +14,6 @@ from orchestrator.config.model import HostSpec
 from orchestrator.errors import HostKeyError
 from orchestrator.transports import SSHTransport
 from tests.sshd import SSHDFactory, SSHServer
-
-
-@pytest.fixture
-def closing() -> Iterator[list[SSHTransport]]:
-    made: list[SSHTransport] = []
-    yield made
-    for t in made:
-        t.close()
 
 
 def _transport(closing: list[SSHTransport], spec: HostSpec, **kw: Any) -> SSHTransport:

@@ -6,7 +6,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,14 +21,6 @@ from orchestrator.errors import (
 from orchestrator.transports import SSHTransport
 from tests.sshd import SSHServer, pids_matching, wait_until
 from tests.transport.helpers import Background, gone, unique_sleep_arg
-
-
-@pytest.fixture
-def closing() -> Iterator[list[SSHTransport]]:
-    made: list[SSHTransport] = []
-    yield made
-    for t in made:
-        t.close()
 
 
 def _transport(closing: list[SSHTransport], spec: Any, **kw: Any) -> SSHTransport:
