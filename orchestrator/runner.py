@@ -72,8 +72,6 @@ TransportFactory = Callable[..., Transport]
 T = TypeVar("T")
 #: a stage's check is asked again this many times after a dropped connection
 CHECK_RECONNECTS = 2
-#: how long a re-opened connection waits for the agent of the dropped one to free the host lock
-LOCK_HANDOVER_S = 30.0
 
 
 @dataclass
@@ -383,7 +381,7 @@ class Runner:
             )
 
         def relock(t: Transport) -> None:  # the lock lives with the connection that took it
-            self._take_lock(host, spec, t, pool, reopened=True)
+            self._take_lock(host, spec, t, reopened=True)
 
         pool = _ConnectionPool(spec, self.factory, on_wait, relock)
         self._pools[host] = pool
@@ -396,7 +394,7 @@ class Runner:
             return
         self.bus.publish("host.connected", host=host, duration_s=round(time.monotonic() - t0, 3))
         try:
-            self._take_lock(host, spec, first, pool)
+            self._take_lock(host, spec, first)
         except LockHeld as exc:
             self._host_locked(host, stages, exc)
             return
@@ -507,38 +505,27 @@ class Runner:
         self.bus.publish("host.end", host=host, status="unreachable")
 
     def _take_lock(self, host: str, spec: HostSpec, transport: Transport,
-                   pool: _ConnectionPool, reopened: bool = False) -> None:
+                   reopened: bool = False) -> None:
         """Hold the host's deploy lock on this connection (no-op for a dry run).
 
-        Also called when a connection is re-opened on demand: the lock is released with the
-        connection that held it, and another deploy must not slip in while this one goes on.
+        Also called when a connection is re-opened on demand (after the transport ended the
+        agent of the dropped one, which held the lock): another deploy must not slip in while
+        this one goes on.
         """
         if self.options.dry_run:
             return
-        handover: float | None = None
-        while True:
-            res = transport.probe("lock_acquire", path=spec.lock_path, owner=self._owner)
-            if res.get("acquired"):
-                prev = res.get("previous") or {}
-                if prev.get("run_id") not in (None, self.bus.run_id):
-                    self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
-                                     previous=prev)
-                elif reopened and not res.get("held_here"):
-                    self.bus.publish("host.lock_retaken", host=host, path=res.get("path"))
-                return
-            holder = res.get("holder") or {}
-            if holder.get("run_id") != self.bus.run_id:
-                break
-            live = {getattr(t, "agent_info", {}).get("pid") for t in pool.connections()} - {None}
-            if holder.get("agent_pid") in live or not live:
-                return  # held by another live connection of this same run
-            # held by the agent of our own dropped connection: it exits once sshd notices
-            now = time.monotonic()
-            if handover is None:
-                handover = now + LOCK_HANDOVER_S
-                self.bus.publish("host.lock_handover", host=host, agent_pid=holder.get("agent_pid"))
-            if now > handover or self._cancel.wait(0.1):
-                return  # still ours in name; it frees when that agent exits
+        res = transport.probe("lock_acquire", path=spec.lock_path, owner=self._owner)
+        if res.get("acquired"):
+            prev = res.get("previous") or {}
+            if prev.get("run_id") not in (None, self.bus.run_id):
+                self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
+                                 previous=prev)
+            elif reopened and not res.get("held_here"):
+                self.bus.publish("host.lock_retaken", host=host, path=res.get("path"))
+            return
+        holder = res.get("holder") or {}
+        if holder.get("run_id") == self.bus.run_id:
+            return  # held by another connection of this same run
         raise LockHeld(
             f"{host}: another deploy holds {res.get('path')}: run {holder.get('run_id')} "
             f"of {holder.get('user')}@{holder.get('operator')} (playbook "
@@ -583,7 +570,7 @@ class Runner:
         transport: Transport | None = None
         try:
             transport = pool.acquire(pool.spec.connect_budget)
-            self._take_lock(host, pool.spec, transport, pool)
+            self._take_lock(host, pool.spec, transport)
             for attempt in _retry_policy(spec.retry, self.options.sleep, self.bus, host, sid):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number

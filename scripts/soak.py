@@ -68,7 +68,7 @@ MIN_RSS_CYCLES = 10
 #: runner events counted per deploy -> their names in the report
 COUNTED = {"stage.retry": "retries", "stage.check_retry": "check_retries",
            "host.waiting": "waits", "host.lock_retaken": "lock_retakes",
-           "host.lock_handover": "lock_handovers"}
+           "transport.agent_retired": "agents_retired"}
 
 
 # ------------------------------------------------------------------------------ measurements
@@ -395,7 +395,7 @@ def render(report: dict[str, Any]) -> str:
         f"retries       {report['retries']} stage retries, {report['check_retries']} checks "
         f"asked again after a cut, {report['waits']} waits for a host (sessions cut by "
         f"ssh-flaky, reboots), {report['lock_retakes']} host locks re-taken on a re-opened "
-        f"connection ({report['lock_handovers']} after waiting for the dropped one)",
+        f"connection, {report['agents_retired']} agents of dropped connections ended",
         f"RSS           first {r['first']} MiB, last {r['last']} MiB, max {r['max']} MiB, "
         f"growth {r['growth']} MiB; second half {r['slope_kib_per_cycle_second_half']} "
         f"KiB/cycle (limit {r['limit_kib_per_cycle']:.0f}"

@@ -91,9 +91,10 @@ class ConsoleView:
             self._print(f"[{host}] took over the deploy lock left by run {prev.get('run_id')} "
                         f"({prev.get('user')}@{prev.get('operator')}), which is gone",
                         style="yellow")
-        elif kind == "host.lock_handover":
-            self._print(f"[{host}] connection re-opened: waiting for the agent of the dropped "
-                        f"one (pid {e.get('agent_pid')}) to let go of the deploy lock",
+        elif kind == "transport.agent_retired":
+            self._print(f"[{host}] ended the agent of the dropped connection (pid {e.get('pid')}) "
+                        "and what it still ran" + ("" if e.get("exited") else
+                                                   f": it did not exit ({e.get('error')})"),
                         style="yellow")
         elif kind == "stage.start":
             line.running[e["stage"]] = time.monotonic()

@@ -434,11 +434,14 @@ class Agent:
 
     def hello(self) -> dict:
         uid = os.getuid()
+        starttime, boot_id = _identity()
         return {
             "t": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "uid": uid,
             "user": _user_name(uid), "python": ".".join(map(str, sys.version_info[:3])),
             "executable": sys.executable, "probes": sorted(self.probes),
             "module_errors": self.module_errors,
+            # pid + start time + boot id name this agent process uniquely (agent_retire)
+            "starttime": starttime, "boot_id": boot_id,
         }
 
     # ---- main loop ---------------------------------------------------------------------
@@ -777,6 +780,22 @@ def _feed(stream, data: bytes) -> None:
             stream.close()
         except OSError:
             pass
+
+
+def _identity():
+    """(start time of this process in clock ticks since boot, the kernel's boot id); None each
+    where /proc does not tell."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            starttime = int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        starttime = None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot_id = fh.read().strip() or None
+    except OSError:
+        boot_id = None
+    return starttime, boot_id
 
 
 def _on_signal(signum, frame) -> None:

@@ -1,4 +1,5 @@
-"""The per-host deploy lock held by the agent process, and the boot id (stdlib, Python 3.8+).
+"""The per-host deploy lock held by the agent process, the boot id, and the end of the agent of
+a dropped connection (stdlib, Python 3.8+).
 
 `lock_acquire` takes an exclusive flock on a file (default ~/.orchestrator/deploy.lock) and keeps
 the descriptor open for the life of the agent, i.e. of the connection. The file holds the
@@ -11,6 +12,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import time
 
 from orchestrator.remote.probes import probe
@@ -75,3 +77,36 @@ def boot_id(path="/proc/sys/kernel/random/boot_id"):
             return {"boot_id": fh.read().strip()}
     except OSError:
         return {"boot_id": None}
+
+
+@probe("agent_retire")
+def agent_retire(pid, starttime, boot_id, wait=10.0):
+    """End the agent of a dropped connection if it still runs (pid + start time + boot id).
+
+    Over a real network a dropped client can leave its agent running for a while (sshd has
+    not noticed; the agent gives up on a silent client only after its client_timeout), and with
+    it the command that was cut: a retried `pip install` would run beside the first one. SIGTERM
+    makes that agent kill its commands' process groups, release its locks and exit (SIGCONT
+    wakes it should it be stopped). Waits up to `wait` seconds for it to be gone.
+    """
+    from orchestrator.remote.server import _boot_id, pid_alive
+    from orchestrator.remote.server import starttime as start_of
+
+    pid = int(pid)
+
+    def same() -> bool:
+        return pid_alive(pid) and start_of(pid) == starttime
+
+    if pid == os.getpid() or not starttime or not boot_id or _boot_id() != boot_id or not same():
+        return {"was_running": False}
+    t0 = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        return {"was_running": False}
+    except PermissionError as exc:
+        return {"was_running": True, "exited": False, "error": str(exc)}
+    while same() and time.monotonic() - t0 < float(wait):
+        time.sleep(0.02)
+    return {"was_running": True, "exited": not same(), "seconds": round(time.monotonic() - t0, 3)}

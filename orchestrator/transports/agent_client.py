@@ -35,6 +35,7 @@ from orchestrator.errors import (
     CommandTimeout,
     ConnectError,
     ConnectionLost,
+    OrchestratorError,
     TransientConnectError,
     TransportError,
 )
@@ -511,7 +512,8 @@ class AgentTransport(Transport):
         self._lock = threading.RLock()
         self._closing = threading.Event()
         self._closed = False  # close() was called; only an explicit connect() reopens
-        self._in_hook = False  # on_reconnect is running (under self._lock)
+        self._in_hook = False  # on_reconnect / the retire of a dropped agent is running
+        self._dropped: dict[str, Any] | None = None  # hello of the agent of a dropped session
 
     # ---- to implement ---------------------------------------------------------------------
     @abstractmethod
@@ -551,29 +553,56 @@ class AgentTransport(Transport):
     def _drop_session(self) -> None:
         s, self._session = self._session, None
         if s is not None:
+            if s.hello.get("pid"):
+                self._dropped = dict(s.hello)  # it may live on at the host: see _ensure
             s.close(wait=False)
 
     def _ensure(self) -> AgentSession:
         with self._lock:
             s = self._session
-            if s is not None and s.alive:
-                return s
-            if self._closed:
-                raise TransportError(
-                    "the connection was closed (after close(), only connect() reopens it)",
-                    host=self.name,
-                )
-            self.connect(self.spec.connect_budget)
-            assert self._session is not None
-            hook = self.on_reconnect
-            if hook is not None and not self._in_hook:
-                self._in_hook = True  # its own requests may reconnect again: no recursion
+            fresh = False
+            if s is None or not s.alive:
+                if self._closed:
+                    raise TransportError(
+                        "the connection was closed (after close(), only connect() reopens it)",
+                        host=self.name,
+                    )
+                self.connect(self.spec.connect_budget)
+                fresh = True
+            if not self._in_hook and (fresh or self._dropped is not None):
+                self._in_hook = True  # their own requests may reconnect again: no recursion
                 try:
-                    hook()
+                    if self._dropped is not None:
+                        self._retire_dropped()
+                    if fresh and self.on_reconnect is not None:
+                        self.on_reconnect()
                 finally:
                     self._in_hook = False
-            assert self._session is not None  # the hook's own requests may have reconnected
+            assert self._session is not None  # the requests above may have reconnected
             return self._session
+
+    def _retire_dropped(self) -> None:
+        """End the agent of the dropped session if it still runs, before anything else is sent.
+
+        Its command may still run at the host (the agent gives up on a silent client only after
+        client_timeout): a stage's retry must not run beside it. Best effort: a host that
+        rebooted, or an agent already gone, is simply reported as not running.
+        """
+        old, self._dropped = self._dropped, None
+        assert old is not None
+        if old.get("pid") == self.agent_info.get("pid") or not old.get("starttime"):
+            return
+        try:
+            res = self.probe("agent_retire", pid=old["pid"], starttime=old["starttime"],
+                             boot_id=old.get("boot_id"), wait=self.kill_grace + 5.0)
+        except OrchestratorError as exc:
+            log.warning("could not end the agent of the dropped connection", host=self.name,
+                        pid=old["pid"], error=exc.message)
+            return
+        if res.get("was_running"):
+            log.info("transport.agent_retired", host=self.name,
+                     pid=old["pid"], exited=res.get("exited"), seconds=res.get("seconds"),
+                     error=res.get("error"))
 
     def run(
         self,

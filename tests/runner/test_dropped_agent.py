@@ -1,0 +1,73 @@
+"""A re-opened SSH connection first ends the agent of the dropped one, and what it still ran.
+
+Over a real network the agent of a dropped connection can live on (sshd has not noticed; the
+agent gives up on a silent client only after its client_timeout, 60 s by default), and with it
+the command that was cut: a stage's retry would run beside it (two `pip install`s into one venv),
+and that agent would still hold the host's deploy lock. The transport now ends it (SIGTERM:
+the agent kills its commands' process groups and exits) before the re-opened connection sends
+anything, and the runner then takes the lock again.
+
+Real OpenSSH on loopback: the stage's first attempt stops its own agent (SIGSTOP), so the client
+declares the connection dead after missed heartbeats while that agent still lives, holding the
+lock, with the command running: it would touch a `late` file after 4 s.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cli.logsetup import configure
+from orchestrator.config import load_all
+from orchestrator.events import EventBus
+from orchestrator.plan import Selection, build_plan
+from orchestrator.runner import Runner, RunOptions
+from orchestrator.sim.procs import alive
+from orchestrator.transports.ssh import SSHTransport
+from tests.runner.helpers import write_yaml
+from tests.sshd import SSHDFactory
+
+
+def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
+        sshd: SSHDFactory, tmp_path: Path) -> None:
+    server = sshd("127.0.0.2")
+    spec = server.host_spec()
+    lock = Path(spec.lock_path)
+    mark, late, old = tmp_path / "cut", tmp_path / "late", tmp_path / "old-agent"
+    run = (f"if [ ! -e {mark} ]; then touch {mark}; echo $PPID > {old}; kill -STOP $PPID; "
+           f"sleep 4; touch {late}; exit 0; fi; "
+           f"grep -q '\"agent_pid\": '$PPID'[,}}]' {lock}")  # the new agent holds the lock
+    pb = write_yaml(tmp_path / "pb.yaml", {"name": "dropped", "stages": [
+        {"id": "cut", "run": run, "retry": {"attempts": 2, "delay": 0, "on": ["connection"]}}]})
+    inv = write_yaml(tmp_path / "inv.yaml", {"hosts": {
+        "box": spec.model_dump(exclude={"name"}, exclude_defaults=True)}})
+    playbook, inventory = load_all(str(pb), str(inv), {})
+    plan = build_plan(playbook, inventory, Selection.from_args(None, None, None, None))
+    bus = EventBus("dropped-agent-test")
+    events: list[dict[str, Any]] = []
+    bus.subscribe(events.append)
+
+    def factory(host: Any, on_wait: Any = None) -> SSHTransport:
+        # dead after ~1 s of silence instead of 30 s
+        return SSHTransport(host, on_wait=on_wait, heartbeat=0.5, heartbeat_misses=2)
+
+    configure(bus)  # the transport's log events reach the bus, as in the CLI
+    try:
+        t0 = time.monotonic()
+        outcome = Runner(plan, bus, cli_vars={}, options=RunOptions(),
+                         transport_factory=factory).run()
+    finally:
+        configure(None)
+    names = [e["event"] for e in events]
+    assert outcome.exit_code == 0, [e for e in events if e["event"] == "stage.end"]
+    end = next(e for e in events if e["event"] == "stage.end")
+    assert end["status"] == "changed" and end["attempts"] == 2
+    old_pid = int(old.read_text())
+    retired = [e for e in events if e["event"] == "transport.agent_retired"]
+    assert [(e["pid"], e["exited"]) for e in retired] == [(old_pid, True)]
+    assert names.index("transport.agent_retired") < names.index("host.lock_retaken")
+    assert not alive(old_pid)
+    # the cut command went with its agent: it never touched `late`
+    time.sleep(max(0.0, 4.5 - (time.monotonic() - t0)))
+    assert not late.exists()
