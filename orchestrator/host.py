@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator.config.model import HostSpec
-from orchestrator.errors import CommandFailed
+from orchestrator.errors import CommandFailed, Interrupted
 from orchestrator.result import Result
 from orchestrator.transports.base import OutputCallback, Transport
+
+#: probes that change the host: after Ctrl-C they are not started either
+CHANGING_PROBES = frozenset({"server_start", "server_stop", "process_stop"})
 
 
 class Host:
@@ -26,12 +30,20 @@ class Host:
         transport: Transport,
         variables: Mapping[str, Any],
         observer: Callable[[Result], None] | None = None,
+        cancelled: threading.Event | None = None,
     ):
         self.spec = spec
         self.name = spec.name
         self.transport = transport
         self.vars = dict(variables)
         self._observer = observer
+        self._cancelled = cancelled
+
+    def _refuse_if_cancelled(self, what: str) -> None:
+        # Ctrl-C kills the commands running at that moment; one a stage would start after it
+        # (its apply after a killed check, the next step of a loop) must not start at all
+        if self._cancelled is not None and self._cancelled.is_set():
+            raise Interrupted(f"interrupted (Ctrl-C): {what} not started")
 
     def run(
         self,
@@ -48,6 +60,7 @@ class Host:
         on_output: OutputCallback | None = None,
     ) -> Result:
         """Run a shell command; with `check=True` a non-zero exit raises CommandFailed."""
+        self._refuse_if_cancelled(f"command `{command[:80]}`")
         result = self.transport.run(
             command, timeout=timeout, env=env, cwd=cwd, stdin=stdin, become=become,
             on_output=on_output,
@@ -80,10 +93,13 @@ class Host:
         """Write a file atomically (temp + fsync + rename)."""
         if isinstance(data, str):
             data = data.encode()
+        self._refuse_if_cancelled(f"write of {path}")
         self.transport.write_file(path, data, mode)
 
     def probe(self, name: str, /, **args: Any) -> Any:
         """Run a named fact probe on the host and return its JSON value."""
+        if name in CHANGING_PROBES:
+            self._refuse_if_cancelled(f"probe {name}")
         return self.transport.probe(name, **args)
 
     def __repr__(self) -> str:

@@ -623,7 +623,8 @@ class Runner:
                 self.bus.publish("stage.progress", host=host, stage=sid, message=message[:300])
 
         variables = dict(self.plan.inventory.hosts[host].vars)
-        h = Host(self.plan.inventory.hosts[host], transport, variables, observer=observe)
+        h = Host(self.plan.inventory.hosts[host], transport, variables, observer=observe,
+                 cancelled=self._cancel)
         opened: list[Transport] = []
 
         def open_host(name: str) -> Host:
@@ -634,7 +635,7 @@ class Runner:
             t = self.factory(other, on_wait=None)
             opened.append(t)
             t.connect(budget=other.connect_budget)
-            return Host(other, t, dict(other.vars), observer=observe)
+            return Host(other, t, dict(other.vars), observer=observe, cancelled=self._cancel)
 
         ctx = StageContext(
             spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),

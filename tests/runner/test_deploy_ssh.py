@@ -188,3 +188,22 @@ def test_unknown_host_key_is_refused_with_the_command_that_trusts_it(
     r = cli("deploy", str(pb), "-i", str(inv), runs=tmp_path / "runs")
     assert r.code == 3
     assert "ssh-keyscan" in r.stderr or "accept-new" in r.stderr
+
+
+def test_ctrl_c_during_a_check_starts_no_apply(ssh_server: SSHServer, tmp_path: Path) -> None:
+    # Ctrl-C kills the check's command; the stage then sees "not converged" and would go on to
+    # its apply: a command started after Ctrl-C, which nothing would kill (found by make faults)
+    applied = tmp_path / "applied"
+    pb = write_yaml(tmp_path / "pb.yaml", {"name": "int", "stages": [
+        {"id": "slow-check", "check": "sleep 30.533; false", "run": f"touch {applied}"}]})
+    inv = _inventory(tmp_path / "inv.yaml", {"box": ssh_server})
+    runs = tmp_path / "runs"
+    p = _popen("deploy", str(pb), "-i", str(inv), runs=runs)
+    assert wait_until(lambda: pids_matching("sleep 30.533"), 20)
+    p.send_signal(signal.SIGINT)
+    r = _finish(p, runs, timeout=20)
+    assert r.code == 130, r.stderr
+    assert r.statuses("box") == {"slow-check": "interrupted"}
+    assert not any(e["event"] == "command" and "touch" in e["command"] for e in r.events)
+    time.sleep(0.5)
+    assert not applied.exists()
