@@ -15,6 +15,7 @@ sshd        factory of REAL OpenSSH servers on loopback (tests/sshd.py). Call it
             when the test ends. Skips the test (with the reason) when sshd cannot run here:
             not installed, or not root (CI installs openssh-server and runs as root).
 ssh_server  one started server on 127.0.0.1 (shortcut for `sshd()`).
+agent       the real agent on this machine through LocalTransport (probe tests).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.model import HostSpec
+from orchestrator.transports.local import LocalTransport
 from tests.sshd import SSHDFactory, SSHServer, sshd_unavailable
 
 
@@ -42,3 +45,14 @@ def sshd(tmp_path: Path) -> Iterator[SSHDFactory]:
 @pytest.fixture
 def ssh_server(sshd: SSHDFactory) -> SSHServer:
     return sshd()
+
+
+@pytest.fixture
+def agent() -> Iterator[LocalTransport]:
+    """The real agent on this machine (LocalTransport), for probe tests."""
+    t = LocalTransport(HostSpec(name="localhost", connection="local"))
+    t.connect()
+    try:
+        yield t
+    finally:
+        t.close()

@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from orchestrator.config.model import HostSpec
 from orchestrator.sim.procs import alive
 from orchestrator.transports.local import LocalTransport
-
-
-@pytest.fixture
-def agent() -> Iterator[LocalTransport]:
-    t = LocalTransport(HostSpec(name="localhost", connection="local"))
-    t.connect()
-    try:
-        yield t
-    finally:
-        t.close()
 
 
 def start_of(pid: int) -> int:

@@ -155,6 +155,16 @@ def test_auth_failure_is_reported_at_once_and_not_retried(sshd: SSHDFactory,
     assert not any(e["event"] == "host.waiting" for e in r.events)
 
 
+def _ctrl_c_while(command: str, pb: Path, inv: Path, runs: Path) -> CliRun:
+    """Deploy, press Ctrl-C once `command` runs on the host; the finished run."""
+    p = _popen("deploy", str(pb), "-i", str(inv), runs=runs)
+    assert wait_until(lambda: pids_matching(command), 20)
+    p.send_signal(signal.SIGINT)
+    r = _finish(p, runs, timeout=20)
+    assert r.code == 130, r.stderr
+    return r
+
+
 def test_ctrl_c_stops_remote_commands_writes_the_record_and_exits_130(
     ssh_server: SSHServer, tmp_path: Path
 ) -> None:
@@ -163,12 +173,7 @@ def test_ctrl_c_stops_remote_commands_writes_the_record_and_exits_130(
         {"id": "later", "needs": ["long"], "run": "true"},
     ]})
     inv = _inventory(tmp_path / "inv.yaml", {"box": ssh_server})
-    runs = tmp_path / "runs"
-    p = _popen("deploy", str(pb), "-i", str(inv), runs=runs)
-    assert wait_until(lambda: pids_matching("sleep 30.417"), 20)
-    p.send_signal(signal.SIGINT)
-    r = _finish(p, runs, timeout=20)
-    assert r.code == 130, r.stderr
+    r = _ctrl_c_while("sleep 30.417", pb, inv, tmp_path / "runs")
     assert wait_until(lambda: not pids_matching("sleep 30.417"), 5), "remote command left running"
     assert r.statuses("box") == {"long": "interrupted", "later": "skipped"}
     assert r.summary["exit_code"] == 130 and r.summary["finished_at"]
@@ -197,12 +202,7 @@ def test_ctrl_c_during_a_check_starts_no_apply(ssh_server: SSHServer, tmp_path: 
     pb = write_yaml(tmp_path / "pb.yaml", {"name": "int", "stages": [
         {"id": "slow-check", "check": "sleep 30.533; false", "run": f"touch {applied}"}]})
     inv = _inventory(tmp_path / "inv.yaml", {"box": ssh_server})
-    runs = tmp_path / "runs"
-    p = _popen("deploy", str(pb), "-i", str(inv), runs=runs)
-    assert wait_until(lambda: pids_matching("sleep 30.533"), 20)
-    p.send_signal(signal.SIGINT)
-    r = _finish(p, runs, timeout=20)
-    assert r.code == 130, r.stderr
+    r = _ctrl_c_while("sleep 30.533", pb, inv, tmp_path / "runs")
     assert r.statuses("box") == {"slow-check": "interrupted"}
     assert not any(e["event"] == "command" and "touch" in e["command"] for e in r.events)
     time.sleep(0.5)

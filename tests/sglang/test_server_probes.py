@@ -12,26 +12,12 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from orchestrator.config.model import HostSpec
 from orchestrator.sim.procs import alive
 from orchestrator.transports.local import LocalTransport
 
 KEY = "sk-probe-canary-7d1e2a9c"
-
-
-@pytest.fixture
-def agent() -> Iterator[LocalTransport]:
-    t = LocalTransport(HostSpec(name="localhost", connection="local"))
-    t.connect()
-    try:
-        yield t
-    finally:
-        t.close()
 
 
 def write_launch(sd: Path, code: str, key: bool = True) -> None:
