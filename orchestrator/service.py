@@ -293,9 +293,10 @@ def follow_logs(
         for target in targets:
             conns[target.name] = _connect(target, factory, budget)
             t = conns[target.name]
-            for line in t.probe("log_tail", path=target.log_path, lines=lines).get("lines") or []:
+            # one read: the lines shown and where following starts (no line lost in between)
+            res = t.probe("log_tail", path=target.log_path, lines=lines, complete=True)
+            for line in res.get("lines") or []:
                 write(f"{target.name} | {REDACTOR.redact(line)}")
-            res = t.probe("log_read", path=target.log_path, from_end=True)
             pos[target.name] = (int(res.get("offset") or 0), res.get("inode"))
         while not stop.is_set():
             for target in targets:

@@ -448,25 +448,38 @@ def http(url: str, method: str = "GET", headers=None, body=None, timeout: float 
 # ---------------------------------------------------------------------------- logs
 
 
-def _tail_lines(path: str, lines: int, max_bytes: int = 256 * 1024) -> list:
+def _tail(path: str, lines: int, max_bytes: int = 256 * 1024, complete: bool = False):
+    """(the last LINES lines, the offset just after them, the file's inode); with COMPLETE, a
+    last line still being written (no newline yet) is left out, for the next read."""
     try:
         with open(path, "rb") as fh:
+            inode = os.fstat(fh.fileno()).st_ino
             fh.seek(0, 2)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
+            start = max(0, fh.tell() - max_bytes)
+            fh.seek(start)
             data = fh.read()
     except OSError:
-        return []
-    text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+        return [], 0, None
+    end = data.rfind(b"\n") + 1 if complete else len(data)
+    text = data[:end].decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
     got = [ln for ln in text.split("\n") if ln.strip()]
-    return got[-int(lines):] if lines > 0 else []
+    return (got[-int(lines):] if lines > 0 else []), start + end, inode
+
+
+def _tail_lines(path: str, lines: int, max_bytes: int = 256 * 1024) -> list:
+    return _tail(path, lines, max_bytes)[0]
 
 
 @probe("log_tail")
-def log_tail(path: str, lines: int = 50) -> dict:
-    """The last LINES non-empty lines of PATH (progress bars' \\r updates count as lines)."""
+def log_tail(path: str, lines: int = 50, complete: bool = False) -> dict:
+    """The last LINES non-empty lines of PATH (progress bars' \\r updates count as lines).
+
+    "offset" and "inode" say where they end: with COMPLETE (only whole lines), `log_read` from
+    there misses no line and repeats none (logs -f).
+    """
     exists = os.path.exists(path)
-    return {"path": path, "exists": exists, "lines": _tail_lines(path, lines) if exists else []}
+    got, offset, inode = _tail(path, lines, complete=complete) if exists else ([], 0, None)
+    return {"path": path, "exists": exists, "lines": got, "offset": offset, "inode": inode}
 
 
 @probe("log_read")

@@ -158,8 +158,20 @@ def test_log_read_follows_and_notices_rotation(agent: LocalTransport, tmp_path: 
     rot = agent.probe("log_read", path=str(log), offset=more["offset"], inode=more["inode"])
     assert rot["rotated"] and rot["data"] == "fresh\n"
     tail = agent.probe("log_tail", path=str(log), lines=5)
-    assert tail == {"path": str(log), "exists": True, "lines": ["fresh"]}
+    assert tail == {"path": str(log), "exists": True, "lines": ["fresh"], "offset": 6,
+                    "inode": log.stat().st_ino}
     assert agent.probe("log_tail", path=str(tmp_path / "nope"))["exists"] is False
+    # logs -f starts where its tail ended: a line still being written is not shown twice,
+    # and nothing written after the tail is lost
+    with log.open("a") as fh:
+        fh.write("half a li")
+    assert agent.probe("log_tail", path=str(log), lines=5)["lines"] == ["fresh", "half a li"]
+    whole = agent.probe("log_tail", path=str(log), lines=5, complete=True)
+    assert whole["lines"] == ["fresh"] and whole["offset"] == 6
+    with log.open("a") as fh:
+        fh.write("ne\nnext\n")
+    nxt = agent.probe("log_read", path=str(log), offset=whole["offset"], inode=whole["inode"])
+    assert nxt["data"] == "half a line\nnext\n" and not nxt["rotated"]
 
 
 # `server_start` asked twice starts ONE server (through the real agent, LocalTransport).
