@@ -7,27 +7,13 @@ box again); each row is then its own test. `make faults` runs every row.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e.scripts import load_script
 
-
-def _load_faults() -> Any:
-    spec = importlib.util.spec_from_file_location("orchestrator_fault_matrix",
-                                                  REPO / "scripts" / "faults.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-faults = _load_faults()
+faults = load_script("faults")
 FAST = faults.select(None, fast=True)
 
 

@@ -8,27 +8,14 @@ and threads are measured across cycles.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e.scripts import load_script
 
-
-def load_soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("soak_script", REPO / "scripts" / "soak.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-soak = load_soak()
+soak = load_script("soak")
 
 
 def cycle(n: int, *, ok: bool = True, rss: int = 80_000, fds: int = 6, stray: int = 0):
