@@ -38,7 +38,7 @@ def test_unknown_host_key_is_refused_with_the_fix(
     start = time.monotonic()
     with pytest.raises(HostKeyError) as info:
         t.connect(budget=30)
-    assert time.monotonic() - start < 3  # never retried
+    assert time.monotonic() - start < 15  # never retried (the budget is 30 s)
     text = info.value.render()
     assert "unknown host key" in text and _fingerprint(ssh_server) in text
     assert f"ssh-keyscan -t ssh-ed25519 -p {ssh_server.port} {ssh_server.address} >> {known}" \

@@ -175,7 +175,7 @@ def test_missing_python_on_host_is_not_retried(
     with pytest.raises(ConnectError) as info:
         t.connect(budget=30)
     assert not isinstance(info.value, TransientConnectError)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # not retried for the 30 s budget
     assert "python3 was not found" in str(info.value) and "Python 3.8" in (info.value.hint or "")
 
 
