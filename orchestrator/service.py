@@ -335,6 +335,8 @@ def stop_host(target: ServiceTarget, transport: Transport, grace: float = 60.0) 
     out = {"host": target.name, "pid": res.get("pid"), "was_running": res.get("was_running"),
            "stopped": bool(res.get("stopped")), "forced": res.get("forced"),
            "seconds": round(time.monotonic() - t0, 2)}
+    if res.get("holdouts"):
+        out["holdouts"] = res["holdouts"]
     if res.get("error"):
         out["error"] = res["error"]
     return out

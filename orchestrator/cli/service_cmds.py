@@ -148,6 +148,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
         elif not res.get("was_running"):
             _out(f"{host}: not running")
         else:
-            how = " (SIGKILL after the grace period)" if res.get("forced") else ""
+            how = ""
+            if res.get("forced"):
+                left = ", ".join(f"{h['comm']} pid {h['pid']} ({h['state']}"
+                                 + (f" in {h['wchan']}" if h.get("wchan") not in ("", "0") else "")
+                                 + ")" for h in res.get("holdouts") or [])
+                how = " (SIGKILL after the grace period" + (
+                    f"; still running then: {left}" if left else "") + ")"
             _out(f"{host}: stopped pid {res.get('pid')} in {res.get('seconds')}s{how}")
     return code

@@ -673,12 +673,33 @@ def _stop_group(pgid: int, pid: int, grace: float) -> dict:
         time.sleep(0.05)
     else:
         forced = True
+        holdouts = _group_members(pgid)
         _signal_group(pgid, signal.SIGKILL)
         end = time.monotonic() + 10.0
         while time.monotonic() < end and (pid_alive(pid) or group_alive(pgid)):
             time.sleep(0.05)
-    return {"forced": forced, "waited_s": round(time.monotonic() - t0, 2),
-            "stopped": not pid_alive(pid) and not group_alive(pgid)}
+    out = {"forced": forced, "waited_s": round(time.monotonic() - t0, 2),
+           "stopped": not pid_alive(pid) and not group_alive(pgid)}
+    if forced:
+        out["holdouts"] = holdouts
+    return out
+
+
+def _group_members(pgid: int) -> list:
+    """The live processes of group PGID as [{pid, comm, state, wchan}]: what ignored a SIGTERM."""
+    members = []
+    for pid in _all_pids():
+        fields = _stat_fields(pid)
+        try:
+            if not fields or fields[0] in (b"Z", b"X") or int(fields[2]) != pgid:
+                continue
+        except (IndexError, ValueError):
+            continue
+        comm = _read(f"/proc/{pid}/comm") or b""
+        wchan = _read(f"/proc/{pid}/wchan") or b""
+        members.append({"pid": pid, "comm": comm.decode("utf-8", "replace").strip(),
+                        "state": fields[0].decode(), "wchan": wchan.decode("utf-8", "replace")})
+    return members
 
 
 @probe("server_stop")

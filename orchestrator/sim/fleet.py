@@ -53,6 +53,7 @@ from orchestrator.sim import procs
 from orchestrator.sim.hostenv.site import simhw
 from orchestrator.sim.hostenv.tools import simctl
 from orchestrator.sim.hosts import SimHost
+from orchestrator.sim.signals import set_on_signals
 from orchestrator.sim.sshserver import EmbeddedEndpoint, OpenSSHEndpoint
 from orchestrator.sim.state import Profile, get_profile, new_state, reboot_kernel
 
@@ -735,8 +736,7 @@ class Daemon:
             self._net_fd = None
 
     def serve(self) -> int:
-        signal.signal(signal.SIGTERM, lambda *a: self.stop_event.set())
-        signal.signal(signal.SIGINT, lambda *a: self.stop_event.set())
+        set_on_signals(self.stop_event, (signal.SIGTERM, signal.SIGINT))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         try:
             self.start()

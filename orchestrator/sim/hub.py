@@ -66,6 +66,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from orchestrator.sim.hubrepos import LFS_THRESHOLD, git_blob_sha1, lfs_pointer, seed_repos
+from orchestrator.sim.signals import set_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -773,11 +774,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(args.url_file)
     print(f"HUB_URL={url}", flush=True)
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        done.wait()
-    except KeyboardInterrupt:
-        pass
+    set_on_signals(done, (signal.SIGTERM, signal.SIGINT))
+    done.wait()
     hub.stop()
     return 0
 

@@ -88,6 +88,10 @@ def test_stop_kills_the_whole_group_after_the_grace(agent: LocalTransport,
     res = agent.probe("server_stop", state_dir=str(sd), grace=0.5)
     assert res == {**res, "was_running": True, "stopped": True, "forced": True,
                    "pid": info["pid"]}
+    # what outlived the SIGTERM is named: the server and its child (which inherited SIG_IGN)
+    held = {h["pid"]: h for h in res["holdouts"]}
+    assert {info["pid"], child} <= set(held), res["holdouts"]
+    assert held[info["pid"]]["comm"].startswith("python") and held[info["pid"]]["state"] in "SR"
     assert not Path(f"/proc/{child}").exists() or b"Z" in Path(
         f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1][:3]
     assert agent.probe("server_stop", state_dir=str(sd))["was_running"] is False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import threading
 import time
@@ -50,3 +52,25 @@ def uvicorn(level: str, message: str, access: bool = False) -> None:
     with _print_lock:
         out.write((level + ":").ljust(10) + message + "\n")
         out.flush()
+
+
+def set_on_signals(event: threading.Event, signals) -> None:
+    """Set EVENT when one of SIGNALS arrives, with no lock taken in the signal handler.
+
+    `event.set()` in a Python handler deadlocks when the main thread holds the event's own lock
+    at that moment (inside `event.wait()`, just woken by a first SIGTERM when the supervisor
+    forwards a second). The C-level handler writes to a pipe instead; a thread sets the event.
+    (The same as orchestrator.sim.signals: this package runs on the host, without orchestrator.)
+    """
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    for sig in signals:
+        signal.signal(sig, lambda *_: None)
+    signal.set_wakeup_fd(w)
+
+    def watch() -> None:
+        while not os.read(r, 64):
+            pass
+        event.set()
+
+    threading.Thread(target=watch, name="signals", daemon=True).start()

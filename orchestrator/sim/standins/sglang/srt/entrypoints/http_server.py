@@ -26,7 +26,7 @@ from sglang.srt import hardware
 from sglang.srt.engine import Req, Scheduler
 from sglang.srt.hf_config import KIMI_K25_ARCHITECTURES
 from sglang.srt.model_loader import ModelLoader, Stopped
-from sglang.srt.utils import at_least, log, uvicorn
+from sglang.srt.utils import at_least, log, set_on_signals, uvicorn
 from sglang.version import __version__
 
 HEALTH_TIMEOUT = 20.0
@@ -541,12 +541,7 @@ def _nominal(name: str, default: float) -> float:
 def launch_server(server_args) -> int:
     """Run the server until SIGTERM/SIGINT; return the process exit code."""
     stop = threading.Event()
-
-    def on_signal(signum, frame) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    set_on_signals(stop, (signal.SIGTERM, signal.SIGINT))
     log(f"server_args={server_args!r}")
     scale = hardware.time_scale()
     try:
