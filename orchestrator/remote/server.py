@@ -263,17 +263,21 @@ def _all_pids() -> list:
         return []
 
 
-def group_alive(pgid: int) -> bool:
-    """True while a live (non-zombie) process is in process group PGID."""
+def _live_in_group(pgid: int):
+    """Yield (pid, state) of each live (non-zombie) process in process group PGID."""
     for pid in _all_pids():
         fields = _stat_fields(pid)
         if fields and len(fields) > 2 and fields[0] not in (b"Z", b"X"):
             try:
                 if int(fields[2]) == pgid:
-                    return True
+                    yield pid, fields[0].decode()
             except ValueError:
                 continue
-    return False
+
+
+def group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in process group PGID."""
+    return any(True for _ in _live_in_group(pgid))
 
 
 def _boot_id():
@@ -360,9 +364,7 @@ def socket_owners(inodes, candidates=None) -> dict:
 
 
 def _group_pids(pgid) -> list:
-    if not pgid:
-        return []
-    return [p for p in _all_pids() if _pgrp(p) == pgid]
+    return [pid for pid, _ in _live_in_group(int(pgid))] if pgid else []
 
 
 def port_listener(host, port, ours_pgid=None) -> dict | None:
@@ -688,17 +690,11 @@ def _stop_group(pgid: int, pid: int, grace: float) -> dict:
 def _group_members(pgid: int) -> list:
     """The live processes of group PGID as [{pid, comm, state, wchan}]: what ignored a SIGTERM."""
     members = []
-    for pid in _all_pids():
-        fields = _stat_fields(pid)
-        try:
-            if not fields or fields[0] in (b"Z", b"X") or int(fields[2]) != pgid:
-                continue
-        except (IndexError, ValueError):
-            continue
+    for pid, state in _live_in_group(pgid):
         comm = _read(f"/proc/{pid}/comm") or b""
         wchan = _read(f"/proc/{pid}/wchan") or b""
         members.append({"pid": pid, "comm": comm.decode("utf-8", "replace").strip(),
-                        "state": fields[0].decode(), "wchan": wchan.decode("utf-8", "replace")})
+                        "state": state, "wchan": wchan.decode("utf-8", "replace")})
     return members
 
 
