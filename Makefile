@@ -8,7 +8,7 @@ PYTEST  ?= $(BIN)/pytest
 # --dist loadfile keeps each module (and its module-scoped simulated box) on one worker.
 PYTEST_ARGS ?= -n 4 --dist loadfile
 
-.PHONY: help venv test lint bench demo hello drill faults soak clean
+.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -46,6 +46,9 @@ soak: venv  ## 50 cycles of deploy -> reboot -> deploy on 4 flaky simulated host
 
 hello: venv  ## the small example playbook on localhost
 	$(BIN)/orchestrator deploy playbooks/examples/hello.yaml -i configs/inventory/local.yaml
+
+sync-sglang: venv  ## regenerate orchestrator/sglang/releases/*.json from the real SGLang wheels (network)
+	$(BIN)/python scripts/sync_sglang.py
 
 clean:  ## remove the venv, caches and run records
 	rm -rf $(VENV) runs .sim .pytest_cache .ruff_cache *.egg-info
