@@ -1,5 +1,13 @@
 """The command-line flags of an SGLang release, and how argparse resolves an option against them.
 
+The flags are GENERATED from the real wheel of each supported release (`make sync-sglang`,
+scripts/sync_sglang.py, orchestrator/sglang/releases/<version>.json): option strings, aliases,
+arity, choices, deprecations, and the option strings a later release removed. `flags_for(v)`
+gives the FlagSet of an installed version; a version between two supported releases gets the
+data of the older one (source "nearest", whose unknown options are warnings, not refusals).
+
+argparse resolves an option against them.
+
 The authoritative source is the installed release itself: `python -m sglang.launch_server --help`
 run in the venv ON the host, parsed by `parse_help` (option strings, aliases, choices, whether a
 flag takes a value, "deprecated" in its help). When that fails, `table_flags(version)` gives the
@@ -60,7 +68,7 @@ class FlagSet:
     """The flags of one SGLang release."""
 
     version: str
-    source: str  # "help" (parsed from --help) or "table" (FACTS.md fallback)
+    source: str  # "release" (its own generated file) or "nearest" (an older release's)
     #: every option string -> the canonical (first) option string of its argparse action
     options: dict[str, str] = field(default_factory=dict)
     #: canonical -> "none" (a switch), "one" (one value) or "many" (nargs)
@@ -69,13 +77,15 @@ class FlagSet:
     choices: dict[str, list[str]] = field(default_factory=dict)
     #: canonical -> note, for flags the release marks deprecated
     deprecated: dict[str, str] = field(default_factory=dict)
-    #: option strings the release is known NOT to have (table only) -> why
+    #: option strings an earlier supported release had and this one lacks -> why
     removed: dict[str, str] = field(default_factory=dict)
+    #: the release whose generated data this is (differs from `version` for "nearest")
+    data_version: str = ""
 
     @property
     def authoritative(self) -> bool:
-        """True when parsed from the release's own --help (complete), False for the table."""
-        return self.source == "help"
+        """True when generated from this very release's wheel (complete)."""
+        return self.source == "release"
 
     def resolve(self, option: str) -> Resolution:
         """Resolve `option` ("--tp" or "--tp=8") the way argparse's prefix matching does."""
@@ -100,13 +110,14 @@ class FlagSet:
         return {
             "version": self.version, "source": self.source, "options": self.options,
             "arity": self.arity, "choices": self.choices, "deprecated": self.deprecated,
-            "removed": self.removed,
+            "removed": self.removed, "data_version": self.data_version,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FlagSet:
         return cls(
             version=str(data["version"]), source=str(data["source"]),
+            data_version=str(data.get("data_version") or data["version"]),
             options=dict(data.get("options") or {}), arity=dict(data.get("arity") or {}),
             choices={k: list(v) for k, v in (data.get("choices") or {}).items()},
             deprecated=dict(data.get("deprecated") or {}),
@@ -114,136 +125,54 @@ class FlagSet:
         )
 
 
-# ------------------------------------------------------------------------------ --help parsing
+# ------------------------------------------------------------------------------ release data
 
-_OPTION_LINE = re.compile(r"^( {1,6})(-{1,2}[A-Za-z0-9?][^\s,]*)")
-_CHOICES = re.compile(r"^\{([^{}]*)\}$")
+#: argparse actions that take no value (the generated files name custom actions by class)
+_SWITCH_ACTIONS = ("store_true", "store_false", "store_const", "count", "help", "version")
 
 
-def parse_help(text: str, version: str) -> FlagSet:
-    """Parse argparse `--help` output into a FlagSet (raises ValueError when none is found)."""
-    fs = FlagSet(version=version, source="help")
-    current: str | None = None
-    help_text: dict[str, list[str]] = {}
-    in_options = False
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        if not line.startswith(" ") and line.endswith(":") and not line.startswith("usage"):
-            in_options = True  # a section header: "options:", "Model and tokenizer:", ...
-            current = None
-            continue
-        if not in_options:
-            continue
-        m = _OPTION_LINE.match(line)
-        if m:
-            invocation, _, rest = line.strip().partition("  ")
-            strings: list[str] = []
-            arity = "none"
-            choices: list[str] | None = None
-            for piece in invocation.split(", "):
-                tokens = piece.split()
-                if not tokens or not tokens[0].startswith("-"):
-                    continue
-                strings.append(tokens[0])
-                if len(tokens) > 1:
-                    arity = "many" if "..." in piece else "one"
-                    cm = _CHOICES.match(tokens[1])
-                    if cm:
-                        choices = [c for c in cm.group(1).split(",") if c]
-            if not strings:
-                continue
-            longs = [s for s in strings if s.startswith("--")] or strings
-            canon = longs[0]
-            for s in strings:
-                fs.options[s] = canon
-            fs.arity[canon] = arity
-            if choices is not None:
-                fs.choices[canon] = choices
-            current = canon
-            help_text[canon] = [rest.strip()] if rest.strip() else []
-        elif current is not None and len(line) - len(line.lstrip()) > 6:
-            help_text[current].append(line.strip())
-    if not fs.options:
-        raise ValueError("no option found in the --help output")
-    for canon, parts in help_text.items():
-        joined = " ".join(parts)
-        if re.search(r"\bdeprecated\b", joined, re.IGNORECASE):
-            fs.deprecated[canon] = joined[:200]
+def _arity(flag: dict[str, Any]) -> str:
+    """"none" (a switch), "one", "optional" (nargs "?") or "many", as argparse consumes values.
+
+    The generated `nargs` is the action's effective one (custom deprecated switches set 0)."""
+    action = str(flag.get("action") or "store")
+    nargs = flag.get("nargs")
+    if nargs == 0 or (nargs is None and action in _SWITCH_ACTIONS):
+        return "none"
+    if action == "BooleanOptionalAction":
+        return "none"
+    if nargs in ("+", "*") or (isinstance(nargs, int) and nargs > 1):
+        return "many"
+    if nargs == "?":
+        return "optional"
+    return "one"
+
+
+def from_release(data: dict[str, Any]) -> FlagSet:
+    """The FlagSet of one release from its generated data file (orchestrator/sglang/releases).
+
+    `source` is "release" when the installed version has its own file, "nearest" when the data
+    of an older supported release stands in for it.
+    """
+    version = str(data.get("requested") or data["version"])
+    exact = str(data["version"]) == version
+    fs = FlagSet(version=version, source="release" if exact else "nearest")
+    for flag in data["flags"]:
+        canon = flag["name"]
+        for option in (canon, *flag.get("aliases", [])):
+            fs.options[option] = canon
+        fs.arity[canon] = _arity(flag)
+        if flag.get("choices"):
+            fs.choices[canon] = [str(c) for c in flag["choices"]]
+        if flag.get("deprecated"):
+            fs.deprecated[canon] = str(flag["deprecated"])
+    fs.removed = {k: str(v) for k, v in (data.get("removed") or {}).items()}
+    fs.data_version = str(data["version"])
     return fs
 
 
-# ------------------------------------------------------------------------------ FACTS.md table
+def flags_for(version: str) -> FlagSet:
+    """The generated FlagSet of an installed SGLang `version` (KeyError below the oldest)."""
+    from orchestrator.sglang.releases import load_release
 
-#: (option strings, arity, choices) common to 0.5.9 - 0.5.23 (FACTS.md "SGLang launch")
-_COMMON: list[tuple[tuple[str, ...], str, list[str] | None]] = [
-    (("--model-path", "--model"), "one", None),
-    (("--tokenizer-path",), "one", None),
-    (("--trust-remote-code",), "none", None),
-    (("--host",), "one", None),
-    (("--port",), "one", None),
-    (("--tp-size",), "one", None),
-    (("--dp-size",), "one", None),
-    (("--mem-fraction-static",), "one", None),
-    (("--context-length",), "one", None),
-    (("--max-running-requests",), "one", None),
-    (("--kv-cache-dtype",), "one",
-     ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]),
-    (("--quantization",), "one", None),
-    (("--served-model-name",), "one", None),
-    (("--tool-call-parser",), "one", None),
-    (("--reasoning-parser",), "one", None),
-    (("--enable-metrics",), "none", None),
-    (("--api-key",), "one", None),
-    (("--log-level",), "one", None),
-    (("--nnodes",), "one", None),
-    (("--node-rank",), "one", None),
-    (("--dist-init-addr",), "one", None),
-    (("--attention-backend",), "one", None),
-    (("--watchdog-timeout",), "one", None),
-    (("--skip-server-warmup",), "none", None),
-    (("--disable-cuda-graph",), "none", None),
-    (("--speculative-algorithm",), "one", None),
-    (("--speculative-draft-model-path",), "one", None),
-    (("--speculative-draft-model-revision",), "one", None),
-    (("--speculative-num-steps",), "one", None),
-    (("--speculative-eagle-topk",), "one", None),
-    (("--speculative-num-draft-tokens",), "one", None),
-    (("--speculative-draft-model-quantization",), "one", None),
-]
-
-#: --speculative-algorithm names (FACTS.md): a choice list in 0.5.9; DFLASH from 0.5.15
-SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-SPEC_ALGORITHMS_0515 = (*SPEC_ALGORITHMS, "DFLASH")
-
-
-def table_flags(version: str) -> FlagSet:
-    """The flags FACTS.md documents for `version` (partial: unknown options are not refused)."""
-    fs = FlagSet(version=version, source="table")
-    for strings, arity, choices in _COMMON:
-        for s in strings:
-            fs.options[s] = strings[0]
-        fs.arity[strings[0]] = arity
-        if choices:
-            fs.choices[strings[0]] = list(choices)
-    if not at_least(version, 0, 5, 15):
-        fs.choices["--speculative-algorithm"] = list(SPEC_ALGORITHMS)
-    if at_least(version, 0, 5, 23):
-        fs.deprecated["--disable-cuda-graph"] = "deprecated alias in sglang 0.5.23"
-    if at_least(version, 0, 5, 20):
-        for s in ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"):
-            fs.options[s] = s
-            fs.arity[s] = "one"
-        fs.removed["--cuda-graph-max-bs"] = (
-            "removed in sglang 0.5.20: use --cuda-graph-max-bs-decode and/or "
-            "--cuda-graph-max-bs-prefill"
-        )
-    else:
-        fs.options["--cuda-graph-max-bs"] = "--cuda-graph-max-bs"
-        fs.arity["--cuda-graph-max-bs"] = "one"
-        if at_least(version, 0, 5, 15):
-            fs.deprecated["--cuda-graph-max-bs"] = (
-                "deprecated alias in sglang 0.5.15 - 0.5.19, removed in 0.5.20"
-            )
-    return fs
+    return from_release(load_release(version))

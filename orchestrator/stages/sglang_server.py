@@ -49,26 +49,31 @@ import hashlib
 import json
 import shlex
 import time
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from orchestrator.config.model import parse_duration
-from orchestrator.errors import PreflightError, StageError
+from orchestrator.errors import CommandTimeout, PreflightError, StageError
 from orchestrator.host import Host
 from orchestrator.remote.server import SUPERVISOR, SUPERVISOR_FILE
 from orchestrator.sglang import launch
-from orchestrator.sglang.flags import FlagSet, parse_help
 from orchestrator.sglang.preflight import (
     NVFP4_FORMAT,
     HostFacts,
     LaunchRequest,
+    NativeCheck,
     Report,
     quant_formats,
     run_preflight,
 )
+from orchestrator.sglang.rules import Finding, Gpu
 from orchestrator.stages._locking import arg_changes, launch_lock, missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+
+_CHECK_SCRIPT = (Path(__file__).resolve().parent.parent / "remote" / "sglang_check.py"
+                 ).read_text("utf-8")
 
 VENV_FACTS = r"""
 import json, sys
@@ -155,14 +160,16 @@ class SGLangServerParams(Params):
                            description="systemd unit (a name: it goes under /etc/systemd/system)")
     autostart: bool = Field(False, description="enable the systemd unit (start at boot)")
     preflight: Literal["enforce", "warn", "off"] = "enforce"
-    help_timeout: float = Field(120.0, description="limit for `launch_server --help`")
+    native_check: bool = Field(True, description="run SGLang's own argument validation in the "
+                               "venv before launching (where SGLang and torch import)")
+    check_timeout: float = Field(120.0, description="limit for SGLang's own validation")
     stop_timeout: float = Field(60.0, description="SIGTERM grace before SIGKILL")
     verify_window: float = Field(5.0, description="how long verify watches the new process")
     restart_unhealthy_after: float = Field(
         3600.0, description="a same-fingerprint server still not healthy this long after its "
         "start is restarted")
 
-    @field_validator("help_timeout", "stop_timeout", "verify_window", "restart_unhealthy_after",
+    @field_validator("check_timeout", "stop_timeout", "verify_window", "restart_unhealthy_after",
                      mode="before")
     @classmethod
     def _dur(cls, v: Any) -> float:
@@ -225,7 +232,7 @@ class SGLangServer(Stage, kind="sglang_server"):
     def _venv_facts(self, host: Host, nvfp4: bool = False) -> dict[str, Any]:
         p = self.params
         argv = [p.python, "-c", VENV_FACTS] + (["--nvfp4"] if nvfp4 else [])
-        r = host.run_argv(argv, timeout=max(60.0, p.help_timeout))
+        r = host.run_argv(argv, timeout=max(60.0, p.check_timeout))
         if not r.ok:
             return {"error": f"`{p.python}` failed (exit {r.exit_code}): "
                              f"{r.tail(3) or 'no output'}", "sglang": None}
@@ -274,18 +281,18 @@ class SGLangServer(Stage, kind="sglang_server"):
         )
         return {"args": args, "env": env, "fingerprint": fp}
 
-    def _gpus(self, host: Host) -> tuple[list[tuple[int, int]], str | None]:
+    def _gpus(self, host: Host) -> tuple[list[Gpu], str | None]:
         r = host.run_argv(_GPU_QUERY, timeout=30)
         if not r.ok:
             return [], f"nvidia-smi failed (exit {r.exit_code}): {r.tail(2)}"
-        ccs = []
+        gpus = []
         for line in r.stdout.splitlines():
             parts = [x.strip() for x in line.split(",")]
-            if len(parts) >= 3 and "." in parts[2]:
+            if len(parts) >= 4 and parts[0].isdigit() and "." in parts[2]:
                 major, _, minor = parts[2].partition(".")
-                if major.isdigit() and minor.isdigit():
-                    ccs.append((int(major), int(minor)))
-        return ccs, None if ccs else "nvidia-smi printed no compute capability"
+                if major.isdigit() and minor.isdigit() and parts[3].isdigit():
+                    gpus.append(Gpu(int(parts[0]), (int(major), int(minor)), int(parts[3])))
+        return gpus, None if gpus else "nvidia-smi printed no compute capability"
 
     def _gpu_apps(self, host: Host) -> list[dict[str, Any]]:
         r = host.run_argv(_APPS_QUERY, timeout=30)
@@ -300,31 +307,40 @@ class SGLangServer(Stage, kind="sglang_server"):
                              "gpu": parts[3] if len(parts) > 3 else None})
         return apps
 
-    def _flags(self, host: Host, ctx: StageContext, version: str,
-               env: dict[str, str]) -> tuple[FlagSet | None, str | None]:
+    def _native_check(self, host: Host, ctx: StageContext, args: list[str],
+                      env: dict[str, str]) -> NativeCheck:
+        """SGLang's own parsing + ServerArgs validation in the venv (no weights are loaded)."""
         p = self.params
-        cache = self._path(f"sglang-flags/{version}.json")
+        ctx.progress(f"checking the launch with SGLang's own argument validation "
+                     f"(up to {p.check_timeout:.0f}s)")
+        started = time.monotonic()
         try:
-            cached = host.read_json(cache)
+            r = host.run_argv([p.python, "-c", _CHECK_SCRIPT, json.dumps(args)],
+                              timeout=p.check_timeout, env=env)
+        except CommandTimeout:
+            return NativeCheck(True, kind="timeout", seconds=time.monotonic() - started)
+        for line in reversed(r.stdout.splitlines()):
+            if line.startswith("ORCH_RESULT "):
+                try:
+                    got = json.loads(line[len("ORCH_RESULT "):])
+                except ValueError:
+                    break
+                return NativeCheck(bool(got.get("available")), bool(got.get("ok")),
+                                   str(got.get("kind") or ""), str(got.get("message") or ""),
+                                   float(got.get("seconds") or 0.0))
+        return NativeCheck(False, kind="no answer", message=r.tail(3))
+
+    def _weight_bytes(self, host: Host, path: str | None) -> int | None:
+        """metadata.total_size of the checkpoint's model.safetensors.index.json, if any."""
+        if not path:
+            return None
+        try:
+            index = host.read_json(f"{path.rstrip('/')}/model.safetensors.index.json")
         except ValueError:
-            cached = None
-        if isinstance(cached, dict) and cached.get("version") == version:
-            try:
-                return FlagSet.from_json(cached), None
-            except (KeyError, TypeError):
-                pass
-        ctx.progress(f"reading the flags of sglang {version} (launch_server --help)")
-        r = host.run_argv([p.python, "-m", "sglang.launch_server", "--help"],
-                          timeout=p.help_timeout, env={**env, "COLUMNS": "120"})
-        if not r.ok:
-            return None, f"exit {r.exit_code}: {r.tail(2) or 'no output'}"
-        try:
-            flags = parse_help(r.stdout, version)
-        except ValueError as exc:
-            return None, str(exc)
-        if not ctx.dry_run:
-            host.write_file(cache, json.dumps(flags.to_json(), indent=1) + "\n", mode=0o644)
-        return flags, None
+            return None
+        size = (index or {}).get("metadata", {}).get("total_size") if isinstance(
+            index, dict) else None
+        return int(size) if isinstance(size, (int, float)) and size > 0 else None
 
     def _preflight(self, host: Host, ctx: StageContext, desired: dict[str, Any]) -> Report:
         p = self.params
@@ -340,25 +356,34 @@ class SGLangServer(Stage, kind="sglang_server"):
             compressed_tensors_version=venv.get("compressed_tensors"),
             nvfp4_known=venv.get("nvfp4"), nvfp4_error=venv.get("nvfp4_error"),
             target_config=target, draft_config=draft, env=dict(desired["env"]),
+            target_weight_bytes=self._weight_bytes(host, p.model_path),
+            draft_weight_bytes=self._weight_bytes(host, p.draft_model_path),
         )
         gpu_note = None
         if facts.sglang_version:
-            facts.compute_capabilities, gpu_note = self._gpus(host)
-            facts.flags, facts.flags_error = self._flags(host, ctx, facts.sglang_version,
-                                                         desired["env"])
+            facts.gpus, gpu_note = self._gpus(host)
+            if p.native_check:
+                facts.native = self._native_check(host, ctx, desired["args"], desired["env"])
         request = LaunchRequest(args=desired["args"], model_path=p.model_path,
                                 draft_model_path=p.draft_model_path, extra_args=p.extra_args)
         report = run_preflight(request, facts)
         if venv.get("error") and not facts.sglang_version:
-            report.problems[:1] = [f"{p.python}: {venv['error']}; run the venv and pip stages "
-                                   "first"]
+            report.findings[:1] = [Finding("stage.broken-venv", "start",
+                                           f"{p.python}: {venv['error']}; run the venv and "
+                                           "pip stages first")]
         if gpu_note:
-            report.warnings.append(f"GPU rules skipped: {gpu_note}")
+            report.warn("stage.no-gpu-facts", f"GPU rules skipped: {gpu_note}")
         if p.autostart and self._mode == "background":
-            report.problems.append(
-                "autostart: true needs systemd (PID 1 systemd and systemctl, as root); this "
-                "host has none: set autostart: false and re-run the deploy after a reboot")
+            report.refuse("stage.autostart-without-systemd", "start",
+                          "autostart: true needs systemd (PID 1 systemd and systemctl, as root); "
+                          "this host has none: set autostart: false and re-run the deploy after "
+                          "a reboot")
         self._report = report
+        native = report.native
+        ctx.record("preflight", {
+            "flags": report.flags_source, "rules": report.rules,
+            "native": None if native is None else ("ok" if native.ok else native.kind)
+            if native.available else "unavailable"})
         for w in report.warnings:
             ctx.log.warning("sglang.preflight", warning=w)
         return report

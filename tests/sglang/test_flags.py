@@ -1,4 +1,4 @@
-"""FlagSet: --help parsing (real argparse output), argparse-style resolution, the FACTS table."""
+"""FlagSet: the generated per-release flag data, and argparse-style resolution against it."""
 
 from __future__ import annotations
 
@@ -6,29 +6,8 @@ import argparse
 
 import pytest
 
-from orchestrator.sglang.flags import FlagSet, at_least, parse_help, parse_version, table_flags
-
-
-def sglang_like_help() -> str:
-    """Real argparse --help text of a parser shaped like SGLang 0.5.23's (aliases, choices...)."""
-    p = argparse.ArgumentParser(prog="launch_server.py")
-    p.add_argument("--model-path", "--model", required=True, dest="model_path",
-                   help="The path of the model weights. This can be a local folder or a "
-                   "Hugging Face repo ID; --tokenizer-path defaults to it.")
-    p.add_argument("--tensor-parallel-size", "--tp-size", type=int, dest="tp_size")
-    p.add_argument("--tokenizer-mode", choices=["auto", "slow"], default="auto")
-    p.add_argument("--kv-cache-dtype", choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16"])
-    p.add_argument("--trust-remote-code", action="store_true")
-    p.add_argument("--cuda-graph-bs", type=int, nargs="+")
-    p.add_argument("--cuda-graph-max-bs-decode", type=int)
-    p.add_argument("--cuda-graph-max-bs-prefill", type=int)
-    p.add_argument("--disable-cuda-graph", action="store_true",
-                   help="Disable cuda graph. Deprecated: use --cuda-graph-bs 0.")
-    p.add_argument("--speculative-algorithm", type=str)
-    group = p.add_argument_group("Speculative decoding")
-    group.add_argument("--speculative-draft-model-path", "--speculative-draft-model",
-                       dest="speculative_draft_model_path")
-    return p.format_help()
+from orchestrator.sglang.flags import at_least, flags_for, parse_version
+from orchestrator.sglang.releases import RELEASES
 
 
 def test_parse_version_and_at_least() -> None:
@@ -40,37 +19,44 @@ def test_parse_version_and_at_least() -> None:
     assert at_least("0.6", 0, 5, 12) and not at_least(None, 0, 0, 1)
 
 
-def test_parse_help_reads_aliases_choices_arity_and_deprecation() -> None:
-    fs = parse_help(sglang_like_help(), "0.5.23")
-    assert fs.authoritative
-    assert fs.options["--model"] == "--model-path"
-    assert fs.options["--tp-size"] == "--tensor-parallel-size"
-    assert fs.options["--speculative-draft-model"] == "--speculative-draft-model-path"
-    assert fs.choices["--tokenizer-mode"] == ["auto", "slow"]
-    assert fs.arity["--trust-remote-code"] == "none"
-    assert fs.arity["--cuda-graph-bs"] == "many"
-    assert fs.arity["--model-path"] == "one"
-    assert "--disable-cuda-graph" in fs.deprecated
-    assert "--tokenizer-path" not in fs.options  # only mentioned in a help text
-    assert FlagSet.from_json(fs.to_json()) == fs
+def test_every_supported_release_has_generated_flags() -> None:
+    assert set(RELEASES) >= {"0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20",
+                             "0.5.23"}
+    for version in RELEASES:
+        fs = flags_for(version)
+        assert fs.authoritative and fs.source == "release"
+        assert fs.canonical("--model") == fs.canonical("--model-path") is not None
+        assert fs.arity[fs.canonical("--trust-remote-code")] == "none"
+        assert fs.arity[fs.canonical("--tp-size")] == "one"
 
 
-def test_parse_help_rejects_text_without_options() -> None:
-    with pytest.raises(ValueError):
-        parse_help("Traceback (most recent call last):\nImportError: torch\n", "0.5.23")
+def test_tp_flag_order_flips_between_releases() -> None:
+    # server_args.py:3301-3303 (0.5.9) vs arg_groups/fields/parallel.py:45 (0.5.23)
+    assert flags_for("0.5.9").canonical("--tp-size") == "--tensor-parallel-size"
+    assert flags_for("0.5.23").canonical("--tensor-parallel-size") == "--tp-size"
+
+
+def test_a_version_between_releases_uses_the_older_data() -> None:
+    fs = flags_for("0.5.11")
+    assert fs.source == "nearest" and fs.data_version == "0.5.10" and not fs.authoritative
+    assert fs.version == "0.5.11"
+    with pytest.raises(KeyError):
+        flags_for("0.4.0")
 
 
 def test_resolution_follows_argparse() -> None:
-    fs = parse_help(sglang_like_help(), "0.5.23")
+    fs = flags_for("0.5.23")
     assert fs.resolve("--model").kind == "exact"
     tp = fs.resolve("--tp")
-    assert (tp.kind, tp.canonical) == ("prefix", "--tensor-parallel-size")
+    assert tp.kind == "prefix" and tp.canonical == "--tp-size"
     amb = fs.resolve("--cuda-graph-max-bs")
     assert amb.kind == "ambiguous"
     assert amb.matches == ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill")
+    assert "--cuda-graph-max-bs" in fs.removed
     assert fs.resolve("--kv-cache-dtype=fp8_e4m3").kind == "exact"
     assert fs.resolve("--no-such-flag").kind == "unknown"
-    # cross-check against argparse itself
+    assert flags_for("0.5.12").resolve("--cuda-graph-max-bs").kind == "exact"
+    # cross-check the ambiguity against argparse itself
     parser = argparse.ArgumentParser()
     parser.add_argument("--cuda-graph-max-bs-decode")
     parser.add_argument("--cuda-graph-max-bs-prefill")
@@ -78,16 +64,14 @@ def test_resolution_follows_argparse() -> None:
         parser.parse_args(["--cuda-graph-max-bs", "8"])
 
 
-def test_facts_table_per_release() -> None:
-    old = table_flags("0.5.9")
-    assert not old.authoritative
-    assert old.resolve("--cuda-graph-max-bs").kind == "exact"
+def test_choices_and_deprecations_come_from_the_release() -> None:
+    old, new = flags_for("0.5.9"), flags_for("0.5.23")
+    assert "--speculative-algorithm" in old.choices  # argparse choices up to 0.5.10
     assert "DFLASH" not in old.choices["--speculative-algorithm"]
-    mid = table_flags("0.5.17")
-    assert "--cuda-graph-max-bs" in mid.deprecated
-    assert "--speculative-algorithm" not in mid.choices  # a free string from 0.5.15
-    new = table_flags("0.5.23")
-    assert new.resolve("--cuda-graph-max-bs").kind == "ambiguous"
-    assert "--cuda-graph-max-bs" in new.removed
+    assert "--speculative-algorithm" not in flags_for("0.5.12").choices  # a free string
+    assert "cutlass_mla" in flags_for("0.5.19").choices["--attention-backend"]
+    assert "cutlass_mla" not in flags_for("0.5.20").choices["--attention-backend"]
     assert "--disable-cuda-graph" in new.deprecated
-    assert new.resolve("--model").canonical == "--model-path"
+    assert "--disable-cuda-graph" not in old.deprecated
+    assert "--enable-dp-attention" in new.deprecated
+    assert "--enable-dp-attention" not in flags_for("0.5.20").deprecated

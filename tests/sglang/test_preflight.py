@@ -1,4 +1,8 @@
-"""Preflight rules against recorded configs (FACTS.md): each refusal, each near miss that passes."""
+"""Preflight mechanics against recorded configs: argparse semantics, problems together, messages.
+
+The per-release behaviour of every rule is tested against the real source in
+tests/sglang/test_fidelity.py (through the preflight AND the SGLang stand-in).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,14 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import PreflightError
-from orchestrator.sglang.flags import table_flags
-from orchestrator.sglang.preflight import HostFacts, LaunchRequest, Report, run_preflight
+from orchestrator.sglang.preflight import (
+    HostFacts,
+    LaunchRequest,
+    NativeCheck,
+    Report,
+    run_preflight,
+)
+from orchestrator.sglang.rules import Gpu
 
 K26 = {  # Kimi K2.6: multimodal wrapper, compressed-tensors nvfp4 checkpoint
     "architectures": ["KimiK25ForConditionalGeneration"],
@@ -29,7 +39,7 @@ EAGLE3 = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama",
           "hidden_size": 7168, "num_hidden_layers": 1, "vocab_size": 163840,
           "draft_vocab_size": 32000}
 EAGLE3_MLA = {**EAGLE3, "architectures": ["Eagle3DeepseekV2ForCausalLM"]}
-SM120 = [(12, 0)] * 8
+SM120 = [Gpu(i, (12, 0), 97887) for i in range(8)]
 GOOD_SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/d",
              "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
              "--speculative-num-draft-tokens", "4"]
@@ -39,7 +49,7 @@ def facts(version: str = "0.5.23", **over: Any) -> HostFacts:
     base: dict[str, Any] = {
         "python": "/v/bin/python", "sglang_version": version,
         "compressed_tensors_version": "0.18.0", "nvfp4_known": True, "target_config": K26,
-        "draft_config": EAGLE3, "compute_capabilities": SM120, "flags": table_flags(version),
+        "draft_config": EAGLE3, "gpus": SM120,
     }
     base.update(over)
     return HostFacts(**base)
@@ -94,69 +104,57 @@ def test_topk_one_with_other_draft_tokens_is_a_warning() -> None:
     assert any("num_steps + 1 = 4" in w for w in report.warnings)
 
 
-def test_self_drafting_targets_need_an_explicit_draft_path() -> None:
-    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
+def test_eagle_launches_without_a_draft_path() -> None:
+    spec = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1"]
+    only(check(spec=spec, draft=None, draft_config=None),
+         "loads the KimiK25ForConditionalGeneration target a second time")  # K2.6: no autofill
     only(check(spec=spec, draft=None, target_config=K2, draft_config=None),
-         "silently uses the target itself as the draft model (sglang issue #36528)")
-    only(check(spec=spec, draft=None, draft_config=None), "#36528")  # K2.6 too
+         "fills in the DeepseekV3ForCausalLM target itself")  # K2: auto-filled MTP
     only(check(spec=spec, draft=None, target_config=LLAMA, draft_config=None),
-         "EAGLE3 needs draft_model_path")
+         "set draft_model_path")
 
 
-def test_version_gates() -> None:
-    only(check(version="0.5.9", nvfp4_known=True),
-         "EAGLE3 on a Kimi K2.5/K2.6 target (KimiK25ForConditionalGeneration) needs sglang "
-         ">= 0.5.10")
-    assert check(version="0.5.10").ok
-    only(check(version="0.5.11", draft_config=EAGLE3_MLA), "needs sglang >= 0.5.12")
-    assert check(version="0.5.12", draft_config=EAGLE3_MLA).ok
-    two = {**EAGLE3, "num_hidden_layers": 2}
-    only(check(version="0.5.11", draft_config=two), "'EAGLE3 currently only supports 1 layer'")
-    assert check(version="0.5.23", draft_config=two).ok
-    only(check(spec=["--speculative-algorithm", "DFLASH"], version="0.5.9"),
-         "--speculative-algorithm DFLASH is not accepted by sglang 0.5.9")
-    only(check(spec=["--speculative-algorithm", "MEDUSA"]), "'MEDUSA' is unknown")
-
-
-def test_attention_backends_per_gpu_generation() -> None:
-    only(check(["--attention-backend", "fa3"]),
-         "--attention-backend fa3 needs SM80-SM90; this host's GPUs are sm_120")
-    assert check(["--attention-backend", "fa3"], compute_capabilities=[(9, 0)]).ok
-    only(check(["--attention-backend", "trtllm_mla"]), "needs SM100")
-    assert check(["--attention-backend", "trtllm_mla"], compute_capabilities=[(10, 0)]).ok
-    only(check(["--attention-backend", "flashmla"]), "flashinfer or triton")
-    assert check(["--attention-backend", "flashinfer"]).ok
-    assert check(["--attention-backend", "triton"]).ok
-    # unknown GPUs: the rule cannot apply
-    assert check(["--attention-backend", "fa3"], compute_capabilities=[]).ok
+def test_versions_between_supported_releases_use_the_older_data() -> None:
+    report = check(extra=["--enable-p2p-check"], version="0.5.11")
+    assert report.flags_source == "nearest" and report.ok, report.problems
+    unknown = check(extra=["--no-such-flag"], version="0.5.11")
+    assert unknown.ok and any("could not be verified" in w for w in unknown.warnings)
+    refused = check(extra=["--no-such-flag"], version="0.5.10")
+    only(refused, "--no-such-flag is not a flag of sglang 0.5.10")
+    only(check(version="0.4.0"), "older than the oldest supported release 0.5.9")
 
 
 def test_flags_the_release_lacks() -> None:
-    report = check(extra=["--cuda-graph-max-bs", "64"])
-    only(report, "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
-                 "--cuda-graph-max-bs-prefill")
+    only(check(extra=["--cuda-graph-max-bs", "64"]),
+         "ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+         "--cuda-graph-max-bs-prefill")
     assert check(extra=["--cuda-graph-max-bs", "64"], version="0.5.12").ok
-    deprecated = check(extra=["--cuda-graph-max-bs", "64"], version="0.5.17")
-    assert deprecated.ok and any("deprecated" in w for w in deprecated.warnings)
     prefix = check(extra=["--tp", "8"])
     assert prefix.ok
     assert any("--tp is not a flag" in w and "write --tp-size" in w for w in prefix.warnings)
-    # the table is partial: an option it does not know is a warning, not a refusal
-    unknown = check(extra=["--enable-p2p-check"])
-    assert unknown.ok and any("could not be verified" in w for w in unknown.warnings)
+    deprecated = check(extra=["--disable-cuda-graph"])
+    assert deprecated.ok and any("deprecated" in w for w in deprecated.warnings)
+    only(check(extra=["--kv-cache-dtype", "fp8"]), "--kv-cache-dtype fp8 is not accepted")
+    only(check(extra=["--trust-remote-code=yes"]), "takes no value")
 
 
-def test_help_flag_set_is_authoritative() -> None:
-    from orchestrator.sglang.flags import parse_help
-    from tests.sglang.test_flags import sglang_like_help
-
-    fs = parse_help(sglang_like_help(), "0.5.23")
-    report = run_preflight(
-        LaunchRequest(["--model-path", "/m/t", "--tp-size", "8", "--enable-p2p-check",
-                       "--kv-cache-dtype", "fp8"], "/m/t"),
-        facts(flags=fs, draft_config=None))
-    assert any("--enable-p2p-check is not a flag of sglang 0.5.23" in p for p in report.problems)
-    assert any("--kv-cache-dtype fp8 is not accepted" in p for p in report.problems)
+def test_native_check_is_reported_verbatim_with_our_fix() -> None:
+    native = NativeCheck(True, False, "ValueError", "Unknown speculative algorithm name: MEDUSA")
+    report = check(spec=["--speculative-algorithm", "MEDUSA"], native=native)
+    assert report.rules == ["speculative.unknown-algorithm", "native.server-args"]
+    assert report.problems[1] == ("SGLang's own validation also refuses it (ValueError): Unknown "
+                                  "speculative algorithm name: MEDUSA")
+    assert "choose one of: EAGLE, EAGLE3" in report.problems[0]
+    alone = check(native=NativeCheck(True, False, "argparse", "usage: sglang serve [-h]\n"
+                                     "sglang serve: error: the following arguments are required"))
+    assert alone.problems == ["SGLang's own validation refuses this launch (argparse): sglang "
+                              "serve: error: the following arguments are required -- no rule of "
+                              "ours covers it: change what SGLang names"]
+    assert check(native=NativeCheck(True, True)).ok
+    assert check(native=NativeCheck(False, kind="ModuleNotFoundError")).ok  # tables decided
+    slow = check(native=NativeCheck(True, kind="timeout", seconds=120))
+    assert slow.ok and any("did not finish in 120s" in w for w in slow.warnings)
 
 
 def test_compressed_tensors_must_know_the_checkpoint_format() -> None:
@@ -171,17 +169,11 @@ def test_compressed_tensors_must_know_the_checkpoint_format() -> None:
                  compressed_tensors_version="0.8.1", nvfp4_known=False).ok
 
 
-def test_misc_rules() -> None:
-    only(check(["--served-model-name", "kimi:k2.6"]), "contains ':'")
-    only(check(["--nnodes", "3", "--dist-init-addr", "10.0.0.1:5000"]),
-         "tp (8) x pp (1) = 8 is not divisible by --nnodes 3")
-    only(check(["--nnodes", "2"]), "needs --dist-init-addr")
+def test_stage_owned_and_secret_flags() -> None:
     only(check(extra=["--api-key", "sk-x"]), "extra_args sets --api-key")
     only(check(extra=["--port=30001"]), "use the stage parameter `port`")
     only(check(extra=["--model", "/x"]), "extra_args sets --model-path")
     only(check(extra=["oops"]), "unexpected argument 'oops'")
-    drafter_for_other = {**EAGLE3, "hidden_size": 4096}
-    only(check(draft_config=drafter_for_other), "the drafter's hidden_size is 4096")
     no_cfg = check(target_config=None)
     assert any("/m/t/config.json is missing" in p for p in no_cfg.problems)
 

@@ -64,7 +64,8 @@ def test_launch_converge_and_restart_on_change(sglang_sim: SGLangSim, stage_ctx,
     pid = ctx.facts["pid"]
     assert ctx.facts["managed_by"] == "background"
     assert ctx.facts["sglang_version"] == "0.5.23"
-    assert ctx.facts["flags_source"] == "help"  # parsed from the release's own --help
+    assert ctx.facts["flags_source"] == "release"  # generated from the release's wheel
+    assert ctx.facts["preflight"]["native"] == "ok"  # SGLang's own validation ran and passed
     assert pid in sim.server_pids()
     assert wait_for(lambda: health(sim) == 200, timeout=15), Path(sd, "server.log").read_text()
 
@@ -139,7 +140,8 @@ REFUSALS = [
          "compressed-tensors>=0.10.0 (the pip stage)"], id="old-compressed-tensors"),
     pytest.param(
         "main", {"attention_backend": "fa3"},
-        ["--attention-backend fa3 needs SM80-SM90", "sm_120", "flashinfer or triton"],
+        ["--attention-backend fa3 needs sm_90", "sm_120", "flashinfer or triton",
+         "[real SGLang: only after the weights load]"],
         id="fa3-on-sm120"),
     pytest.param(
         "v059", {},
@@ -185,10 +187,12 @@ def test_all_problems_are_reported_together(sglang_sim: SGLangSim, stage_ctx) ->
     with pytest.raises(PreflightError) as err:
         make("sglang_server", params).check(sim.connect(), stage_ctx("s", kind="sglang_server"))
     msg = err.value.render()
-    assert "6 problems found before launching anything" in msg, msg
-    for text in ("contains ':'", "trtllm_mla needs SM100", "without speculative.num_steps",
-                 "EAGLE with an EAGLE-3 drafter", "--cuda-graph-max-bs is not a flag",
-                 "extra_args sets --api-key"):
+    assert "7 problems found before launching anything" in msg, msg
+    for text in ("contains ':'", "inherits attention backend trtllm_mla",
+                 "without speculative.num_steps", "EAGLE with an EAGLE-3 drafter",
+                 "--cuda-graph-max-bs is not a flag", "extra_args sets --api-key",
+                 "SGLang's own validation also refuses it (argparse): sglang serve: error: "
+                 "ambiguous option: --cuda-graph-max-bs=64 could match"):
         assert text in msg
     assert_nothing_started(sim, sd)
 
@@ -219,13 +223,13 @@ def test_dry_run_runs_preflight_and_changes_nothing(sglang_sim: SGLangSim, stage
     verdict = make("sglang_server", sim.server_params(sd)).check(host, ctx)
     assert isinstance(verdict, Needed) and verdict.reason == "not running"
     bad = sim.server_params(sd, attention_backend="fa3")
-    with pytest.raises(PreflightError, match="fa3 needs SM80-SM90"):
+    with pytest.raises(PreflightError, match="fa3 needs sm_90"):
         make("sglang_server", bad).check(host, ctx)
     # before the venv exists (a fresh host), the dry run says so instead of failing
     fresh = sim.server_params(sd, python=str(sim.base / "venvs" / "not-yet" / "bin" / "python"))
     verdict = make("sglang_server", fresh).check(host, ctx)
     assert isinstance(verdict, Needed) and "preflight deferred" in verdict.reason
-    assert not Path(sd).exists()  # not even the flags cache
+    assert not Path(sd).exists()  # nothing written
     assert_nothing_started(sim, sd)
 
 

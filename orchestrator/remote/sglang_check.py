@@ -1,0 +1,71 @@
+"""Run the installed SGLang's own argument parsing and ServerArgs validation; load no weights.
+
+Runs ON the host with the venv's python (stdlib only here; SGLang itself is imported):
+
+    VENV_PYTHON -c "$(cat sglang_check.py)" '["--model-path", "/m", ...]'
+
+`prepare_server_args(argv)` is what `python -m sglang.launch_server` calls before it starts any
+process (sglang/srt/server_args.py:5568-5583 (0.5.9), :668-700 (0.5.23)): argparse, then
+ServerArgs.__post_init__ with every start-time rule of the release. It needs torch, so on a
+host without a working SGLang install the answer is `available: false` and the caller's own
+tables decide. The last stdout line is `ORCH_RESULT {json}`:
+
+    {"available": true, "ok": true, "seconds": 3.2, "fields": {...}}
+    {"available": true, "ok": false, "kind": "argparse", "message": "error: ...", ...}
+    {"available": true, "ok": false, "kind": "ValueError", "message": "...", ...}
+    {"available": false, "kind": "ModuleNotFoundError", "message": "No module named 'torch'"}
+"""
+
+import contextlib
+import io
+import json
+import sys
+import time
+import traceback
+
+#: ServerArgs fields reported back (what SGLang resolved the launch to)
+FIELDS = ("tp_size", "speculative_algorithm", "speculative_draft_model_path",
+          "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+          "served_model_name", "attention_backend", "mem_fraction_static",
+          "max_running_requests", "context_length", "decode_log_interval")
+
+
+def _jsonable(value):
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def check(argv):
+    """The verdict of SGLang's own validation of `argv` (a dict, see the module docstring)."""
+    started = time.monotonic()
+    try:
+        from sglang.srt.server_args import prepare_server_args
+    except BaseException as exc:  # noqa: BLE001 - torch missing, CUDA broken, anything
+        return {"available": False, "kind": type(exc).__name__, "message": str(exc)[:500]}
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            server_args = prepare_server_args(list(argv))
+    except SystemExit as exc:  # argparse: usage + "error: ..." on stderr, exit 2
+        lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
+        return {"available": True, "ok": False, "kind": "argparse", "code": exc.code,
+                "message": "\n".join(lines[-3:]), "seconds": time.monotonic() - started}
+    except BaseException as exc:  # noqa: BLE001 - ServerArgs raises anything
+        text = str(exc) or traceback.format_exc().strip().splitlines()[-1]
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return {"available": True, "ok": False, "kind": type(exc).__name__,
+                "message": text[:1500], "where": f"{where.filename}:{where.lineno}",
+                "seconds": time.monotonic() - started}
+    fields = {k: _jsonable(getattr(server_args, k, None)) for k in FIELDS}
+    return {"available": True, "ok": True, "fields": fields,
+            "seconds": time.monotonic() - started}
+
+
+def main(args):
+    """Command line: one JSON list of server arguments; prints ORCH_RESULT."""
+    result = check(json.loads(args[0]) if args else [])
+    sys.stdout.write("ORCH_RESULT " + json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
