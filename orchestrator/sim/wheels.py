@@ -33,9 +33,13 @@ STANDINS_DIR = Path(__file__).resolve().parent / "standins"
 
 # The releases the simulated index offers, and what each declares (FACTS.md "compressed-tensors").
 SGLANG_RELEASES: dict[str, list[str]] = {
-    "0.5.9": ["compressed-tensors"],  # 0.5.2 - 0.5.18 declare it without a pin
-    "0.5.23": ["compressed-tensors==0.18.0"],  # 0.5.19+ pin ==0.18.0
+    # 0.5.2 - 0.5.18 declare compressed-tensors without a pin; 0.5.19+ pin ==0.18.0
+    **{v: ["compressed-tensors"] for v in ("0.5.9", "0.5.10", "0.5.12", "0.5.15")},
+    **{v: ["compressed-tensors==0.18.0"] for v in ("0.5.19", "0.5.20", "0.5.23")},
 }
+#: the generated flag data of each release (scripts/sync_sglang.py), shipped inside the
+#: stand-in wheel as sglang/_release_flags.json: the stand-in builds its argparse from it
+RELEASE_FLAGS_DIR = Path(__file__).resolve().parent.parent / "sglang" / "releases"
 COMPRESSED_TENSORS_RELEASES: tuple[str, ...] = ("0.8.1", "0.10.0", "0.18.0")
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -186,11 +190,13 @@ def package_sources(package: str, version: str) -> dict[str, bytes]:
         f'"""Version of this {package} stand-in (written by the wheel builder)."""\n\n'
         f'__version__ = "{version}"\n'
     ).encode()
+    if package == "sglang":
+        files["sglang/_release_flags.json"] = (RELEASE_FLAGS_DIR / f"{version}.json").read_bytes()
     return files
 
 
 def build_standin_wheels(out_dir: Path | str) -> list[Path]:
-    """Build every stand-in release (sglang 0.5.9/0.5.23, compressed-tensors 0.8.1/0.10.0/0.18.0).
+    """Build every stand-in release (sglang: SGLANG_RELEASES; compressed-tensors: 3 releases).
 
     Returns the wheel paths. Unchanged wheels are not rewritten.
     """

@@ -15,16 +15,6 @@ MLA_ARCHITECTURES = (
     "DeepseekV32ForCausalLM",
     "KimiK25ForConditionalGeneration",
 )
-DEEPSEEK_MTP_ARCHITECTURES = (
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "Glm4MoeForCausalLM",
-    "Glm4MoeLiteForCausalLM",
-    "BailingMoeForCausalLM",
-    "BailingMoeV2ForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-)
 KIMI_K25_ARCHITECTURES = ("KimiK25ForConditionalGeneration",)
 
 
@@ -70,12 +60,45 @@ class HFConfig:
         return self.get("num_hidden_layers")
 
     @property
+    def text(self) -> dict:
+        """The language model's config (`text_config` of multimodal wrappers)."""
+        text = self.data.get("text_config")
+        return text if isinstance(text, dict) else self.data
+
+    @property
     def context_length(self) -> int:
-        for key in ("max_position_embeddings", "max_sequence_length", "seq_length"):
-            value = self.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
+        """get_context_length of the text config: utils/hf_transformers_utils.py:444-470
+        (0.5.9), utils/hf_transformers/common.py:668-693 (0.5.23): the first present key of
+        CONTEXT_LENGTH_KEYS times the rope-scaling factor, which counts as 1 when
+        rope_scaling names original_max_position_embeddings or rope_type llama3."""
+        text = self.text
+        rope = text.get("rope_scaling")
+        factor = 1
+        if rope:
+            factor = rope.get("factor", 1)
+            if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+                factor = 1
+        for key in ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                    "max_position_embeddings"):
+            if text.get(key) is not None:
+                return int(factor * text[key])
         return 2048
+
+    @property
+    def weight_bytes(self):
+        """The checkpoint's size: metadata.total_size of model.safetensors.index.json, else
+        the sum of its *.safetensors files (None for a folder without weights)."""
+        try:
+            with open(os.path.join(self.path, "model.safetensors.index.json"),
+                      encoding="utf-8") as fh:
+                size = json.load(fh).get("metadata", {}).get("total_size")
+            if isinstance(size, (int, float)) and size > 0:
+                return int(size)
+        except (OSError, ValueError, AttributeError):
+            pass
+        sizes = [os.path.getsize(os.path.join(self.path, n)) for n in os.listdir(self.path)
+                 if n.endswith(".safetensors")] if os.path.isdir(self.path) else []
+        return sum(sizes) or None
 
     @property
     def quantization_config(self):

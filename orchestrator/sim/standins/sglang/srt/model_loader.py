@@ -8,13 +8,14 @@ The HTTP port stays closed for all of it.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import threading
 
 from sglang.srt import hardware
 from sglang.srt.hf_config import KIMI_K25_ARCHITECTURES, HFConfig, load_config
+from sglang.srt.server_args import ALLOW_LONGER_CONTEXT
 from sglang.srt.utils import at_least, log
-from sglang.version import __version__
 
 EAGLE3_DRAFT_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
 MLA_DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
@@ -53,13 +54,24 @@ class LoadedModel:
 
 
 class ModelLoader:
-    """Runs the start-up phases in SGLang's order (rank TP0's view)."""
+    """Runs the start-up phases in the release's order (rank TP0's view).
+
+    0.5.9 - 0.5.12: target weights, target KV pool, target attention backend, target CUDA
+    graphs, then the draft worker (model_runner.py:493/590/607/609 (0.5.9); scheduler.py:563-565).
+    0.5.15+: target weights, draft weights, both pools, both backends, then graphs
+    (scheduler.py:864-875 (0.5.15), :1128-1146 (0.5.23)).
+    """
 
     def __init__(self, server_args, stop: threading.Event) -> None:
         self.args = server_args
         self.stop = stop
         self.scale = hardware.time_scale()
         self.result = LoadedModel()
+        self._weights_gb = 0.0
+        self._free_gb = 0.0
+        self._draft_gb = 0.0
+        #: where start-up is: "sched-init" until the target's weights loaded, then "after-load"
+        self.phase = "sched-init"
 
     # -------------------------------------------------------------- helpers
     def _sleep(self, nominal_seconds: float) -> None:
@@ -73,12 +85,21 @@ class ModelLoader:
         self.result.hf_config = cfg
         hardware.cuda_init()
         gpus = self._pick_gpus()
+        self._wait_for_peers()
+        self._check_draft_context_early(cfg)
         self._verify_quantization(cfg)
         self._allocate(gpus)
         self._load_target(cfg)
-        self._load_draft(cfg)
-        self._init_attention_backend(cfg)
-        self._init_memory_pool(cfg)
+        if at_least(0, 5, 15):
+            self._load_draft(cfg)
+            self._init_memory_pool(cfg)
+            self._init_attention_backend(cfg, draft=False)
+            self._init_attention_backend(cfg, draft=True)
+        else:
+            self._init_memory_pool(cfg)
+            self._init_attention_backend(cfg, draft=False)
+            self._load_draft(cfg)
+            self._init_attention_backend(cfg, draft=True)
         self._capture_cuda_graphs()
         return self.result
 
@@ -96,7 +117,36 @@ class ModelLoader:
         chosen = [visible[i] for i in wanted]
         self.result.gpus = [int(g["index"]) for g in chosen]
         self.result.total_mib = int(chosen[0].get("memory_total_mib", 0))
+        used = max(int(g.get("memory_used_mib", 0) or 0) for g in chosen)
+        self._free_gb = (self.result.total_mib - used) / 1024.0
         return chosen
+
+    def _wait_for_peers(self) -> None:
+        """nnodes > 1 without --dist-init-addr: every node initialises torch.distributed at its
+        own tcp://127.0.0.1 and waits for the others until the timeout (model_runner.py:773-779
+        (0.5.9); distributed/bootstrap.py:233-247 (0.5.23)). Nothing checks it at start."""
+        args = self.args
+        if args.nnodes > 1 and not args.dist_init_addr:
+            timeout = float(getattr(args, "dist_timeout", None) or 1800)
+            log(f"Init torch distributed begin. nnodes={args.nnodes}, no --dist-init-addr: "
+                "waiting for the other ranks on 127.0.0.1", "TP0")
+            self._sleep(timeout)
+            raise RuntimeError(f"torch.distributed init timed out after {timeout:.0f}s waiting "
+                               f"for {args.tp_size} ranks (world size) on tcp://127.0.0.1")
+
+    def _check_draft_context_early(self, cfg: HFConfig) -> None:
+        """An explicit --context-length above the drafter's: the target runner builds the draft
+        ModelConfig with it before the load (model_runner.py:345-368 (0.5.9); 0.5.15-0.5.19
+        only with a draft path; spec_aux_hidden_state.py:132-196 (0.5.23))."""
+        args = self.args
+        if args.speculative_algorithm != "EAGLE3" or not args.context_length:
+            return
+        draft = args.speculative_draft_model_path
+        if draft is None:
+            return
+        derived = load_config(draft).context_length
+        if args.context_length > derived and not _env_on(ALLOW_LONGER_CONTEXT):
+            raise ValueError(_longer_context("User-specified", args.context_length, derived))
 
     def _verify_quantization(self, cfg: HFConfig) -> None:
         qc = cfg.quantization_config
@@ -122,9 +172,15 @@ class ModelLoader:
         mib = int(self.result.total_mib * float(self.args.mem_fraction_static))
         hardware.allocate(mib, self.result.gpus)
 
+    def _weights_per_gpu_gb(self, cfg: HFConfig) -> float:
+        """The checkpoint's weights over tp x pp ranks (548 GB nominal without weights)."""
+        size = cfg.weight_bytes
+        ranks = max(1, self.args.tp_size * self.args.pp_size)
+        return (size if size else 548e9) / ranks / (1 << 30)
+
     def _load_target(self, cfg: HFConfig) -> None:
         total_gb = self.result.total_mib / 1024.0
-        log(f"Load weight begin. avail mem={total_gb * 0.985:.2f} GB", "TP0")
+        log(f"Load weight begin. avail mem={self._free_gb:.2f} GB", "TP0")
         shards = sorted(glob.glob(os.path.join(self.args.model_path, "*.safetensors")))
         n = max(len(shards), 1) if shards else 64
         seconds = hardware.nominal_load_seconds()
@@ -136,11 +192,15 @@ class ModelLoader:
             left = per * (n - i)
             log(f"Loading safetensors checkpoint shards: {100 * i // n:3d}% Completed | {i}/{n} "
                 f"[{_mmss(done)}<{_mmss(left)}, {per:.2f}s/it]")
-        static_gb = total_gb * float(self.args.mem_fraction_static)
-        weights_gb = min(static_gb * 0.8, 548.0 / max(1, self.args.tp_size))
+        self.phase = "after-load"  # the 15 minutes are spent; what fails now fails late
+        weights_gb = self._weights_per_gpu_gb(cfg)
+        if weights_gb > self._free_gb:
+            raise hardware.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {weights_gb:.2f} GiB. GPU 0 has a total "
+                f"capacity of {total_gb:.2f} GiB of which {self._free_gb:.2f} GiB is free.")
         self._weights_gb = weights_gb
         log(f"Load weight end. type={cfg.arch}, dtype=torch.bfloat16, "
-            f"avail mem={total_gb * 0.985 - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB.",
+            f"avail mem={self._free_gb - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB.",
             "TP0")
 
     def _load_draft(self, cfg: HFConfig) -> None:
@@ -153,82 +213,133 @@ class ModelLoader:
         if algo == "NGRAM":
             self.result.spec = SpecProfile(True, 1.4, 1.15, ndt, "ngram")
             return
-        if algo == "EAGLE3" and cfg.arch in KIMI_K25_ARCHITECTURES and not at_least(0, 5, 10):
-            raise ValueError(
-                f"EAGLE3 speculative decoding is not supported for {cfg.arch} in sglang "
-                f"{__version__}: the target model cannot capture auxiliary hidden states for the "
-                "drafter."
-            )
-        draft_path = args.speculative_draft_model_path
-        if draft_path is None:
-            raise ValueError(
-                f"speculative_draft_model_path is required for {algo} speculative decoding."
-            )
+        if algo in ("EAGLE", "EAGLE3") and cfg.arch in KIMI_K25_ARCHITECTURES and \
+                not at_least(0, 5, 10):
+            # KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture /
+            # get_embed_and_head before 0.5.10: models/kimi_k25.py:648 (0.5.9), added :841-850
+            # (0.5.10); raised at model_runner.py:621-624 / eagle_worker.py:157 (0.5.9)
+            missing = "set_eagle3_layers_to_capture" if algo == "EAGLE3" else "get_embed_and_head"
+            raise AttributeError(f"'{cfg.arch}' object has no attribute '{missing}'")
+        # no draft path: the draft worker's ModelConfig falls back to the target
+        # (configs/model_config.py:251 (0.5.9), :956 (0.5.23): `model_path or
+        # server_args.model_path`)
+        draft_path = args.speculative_draft_model_path or args.model_path
         dcfg = load_config(draft_path)
         self.result.draft_config = dcfg
         same_as_target = os.path.realpath(draft_path) == os.path.realpath(args.model_path)
+        self._check_draft_class(dcfg)
+        self._check_draft_context(cfg, dcfg)
+        log(f"Load weight begin. avail mem={self._free_gb - self._weights_gb:.2f} GB", "TP0")
+        if same_as_target:
+            self._sleep(hardware.nominal_load_seconds())
+            need = self._weights_per_gpu_gb(dcfg)
+            left = self._free_gb - self._weights_gb
+            if need > left:
+                raise hardware.OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {need:.2f} GiB. GPU 0 has a total "
+                    f"capacity of {self.result.total_mib / 1024.0:.2f} GiB of which "
+                    f"{max(0.0, left):.2f} GiB is free.")
+        else:
+            self._sleep(8.0)
+        self._check_draft_weights(cfg, dcfg)
+        draft_gb = self._weights_per_gpu_gb(dcfg) if dcfg.weight_bytes else 0.75
+        self._draft_gb = draft_gb
+        log(f"Load weight end. type={dcfg.arch}, dtype=torch.bfloat16, "
+            f"avail mem={self._free_gb - self._weights_gb - draft_gb:.2f} GB, "
+            f"mem usage={draft_gb:.2f} GB.", "TP0")
+        self.result.spec = _spec_profile(algo, dcfg, same_as_target, steps, ndt)
+
+    def _check_draft_class(self, dcfg: HFConfig) -> None:
+        """The draft model class: models/llama_eagle3.py, models/kimi_k25_eagle3.py."""
         darch = dcfg.arch
-        if darch in MLA_DRAFT_ARCHITECTURES and not at_least(0, 5, 12):
-            raise ValueError(
-                f"Model architectures ['{darch}'] are not supported for now. Supported "
-                "architectures: dict_keys(['DeepseekV3ForCausalLMNextN', 'LlamaForCausalLMEagle', "
-                "'LlamaForCausalLMEagle3', 'Qwen2ForCausalLMEagle', ...])"
-            )
-        is_eagle3_draft = any(a in EAGLE3_DRAFT_ARCHITECTURES for a in dcfg.architectures)
-        if is_eagle3_draft and dcfg.num_hidden_layers != 1 and not at_least(0, 5, 12):
-            raise ValueError("EAGLE3 currently only supports 1 layer")
-        log(f"Load weight begin. avail mem={self.result.total_mib / 1024.0 * 0.1:.2f} GB", "TP0")
-        self._sleep(8.0 if not same_as_target else hardware.nominal_load_seconds())
-        if is_eagle3_draft and (
-            dcfg.hidden_size != cfg.hidden_size or dcfg.vocab_size != cfg.vocab_size
-        ):
-            # The drafter shares the target's embedding: its shape must match the drafter's.
+        if darch in MLA_DRAFT_ARCHITECTURES:
+            if not at_least(0, 5, 12):  # no kimi_k25_eagle3.py before 0.5.12
+                raise ValueError(
+                    f"Model architectures ['{darch}'] are not supported for now. Supported "
+                    "architectures: dict_keys(['DeepseekV3ForCausalLMNextN', "
+                    "'LlamaForCausalLMEagle', 'LlamaForCausalLMEagle3', ...])")
+            if dcfg.num_hidden_layers != 1:  # kimi_k25_eagle3.py:243-244 (0.5.23)
+                raise ValueError("EAGLE3 currently only supports 1 layer")
+            if dcfg.get("q_lora_rank") is None:  # kimi_k25_eagle3.py:115 (0.5.23)
+                raise ValueError("Eagle3 MLA layer requires q_lora_rank in the draft config")
+        elif darch == "LlamaForCausalLMEagle3":
+            if dcfg.num_hidden_layers != 1 and not at_least(0, 5, 12):
+                raise ValueError("EAGLE3 currently only supports 1 layer")  # llama_eagle3.py:198
+            heads = dcfg.get("num_attention_heads") or 1
+            kv = dcfg.get("num_key_value_heads") or heads
+            tp = self.args.tp_size
+            # models/llama.py:139,145,149 (0.5.9), :183,189,193 (0.5.23): bare assertions
+            assert heads % tp == 0
+            assert (kv % tp == 0) if kv >= tp else (tp % kv == 0)
+        quant = self.args.speculative_draft_model_quantization
+        if quant in ("compressed-tensors", "compressed_tensors") and not dcfg.quantization_config:
+            # weight_utils.py:240 (0.5.9), :375 (0.5.23): quant_cls() without a config
+            raise TypeError(
+                "CompressedTensorsConfig.__init__() missing 5 required positional arguments: "
+                "'target_scheme_map', 'ignore', 'quant_format', 'sparsity_scheme_map', and "
+                "'sparsity_ignore_list'")
+
+    def _check_draft_context(self, cfg: HFConfig, dcfg: HFConfig) -> None:
+        """The draft's context is forced to the target's (eagle_worker.py:107 (0.5.9),
+        eagle_worker_v2.py:229 (0.5.23)) and checked (configs/model_config.py:359-390)."""
+        target = self.args.context_length or cfg.context_length
+        if target > dcfg.context_length and not _env_on(ALLOW_LONGER_CONTEXT):
+            raise ValueError(_longer_context("Target model's", target, dcfg.context_length))
+
+    def _check_draft_weights(self, cfg: HFConfig, dcfg: HFConfig) -> None:
+        """An EAGLE-3 drafter shares the target's embedding (models/llama.py:910-918 (0.5.23))."""
+        if not any(a in EAGLE3_DRAFT_ARCHITECTURES for a in dcfg.architectures):
+            return
+        hidden = dcfg.get("target_hidden_size") or dcfg.hidden_size
+        if hidden != cfg.hidden_size or dcfg.vocab_size != cfg.vocab_size:
             raise AssertionError(
                 f"Attempted to load weight (torch.Size([{cfg.vocab_size}, {cfg.hidden_size}])) "
-                f"into parameter (torch.Size([{dcfg.vocab_size}, {dcfg.hidden_size}]))"
-            )
-        log(f"Load weight end. type={darch}, dtype=torch.bfloat16, "
-            f"avail mem={self.result.total_mib / 1024.0 * 0.08:.2f} GB, mem usage=0.75 GB.", "TP0")
+                f"into parameter (torch.Size([{dcfg.vocab_size}, {hidden}]))")
 
-        if same_as_target:
-            profile = SpecProfile(True, 1.0, 0.5, ndt, "target model used as its own draft")
-        elif is_eagle3_draft and algo == "EAGLE":
-            profile = SpecProfile(True, 1.0, 0.9, ndt, "EAGLE with an EAGLE-3 drafter")
-        elif is_eagle3_draft or algo in ("EAGLE", "DFLASH"):
-            accept = sum(ACCEPT_PROB ** i for i in range(steps + 1))
-            accept = min(accept, float(ndt))
-            profile = SpecProfile(True, accept, accept / SPEC_OVERHEAD, ndt, "matched drafter")
-        elif algo == "STANDALONE":
-            profile = SpecProfile(True, 2.0, 1.2, ndt, "standalone draft model")
-        else:
-            profile = SpecProfile(True, 1.0, 0.9, ndt, "drafter of an unexpected kind")
-        self.result.spec = profile
-
-    def _init_attention_backend(self, cfg: HFConfig) -> None:
+    def _init_attention_backend(self, cfg: HFConfig, draft: bool) -> None:
+        """The attention backend registry, per model runner (layers/attention/
+        attention_registry.py). The draft runner inherits the target's backends unless
+        --speculative-draft-attention-backend is set (model_runner.py:1739-1791 (0.5.9))."""
+        args = self.args
+        if draft and self.result.draft_config is None:
+            return
+        model = self.result.draft_config if draft else cfg
+        mla = model.is_mla
+        own = getattr(args, "speculative_draft_attention_backend", None) if draft else None
+        names = {own} if own else {args.decode_attention_backend or args.attention_backend,
+                                   args.prefill_attention_backend or args.attention_backend}
         cc = hardware.compute_capability() or (0, 0)
-        backend = self.args.decode_attention_backend or self.args.attention_backend
-        for name in (backend, self.args.prefill_attention_backend):
-            if name == "fa3":
-                assert (cc[0] == 8 and not cfg.is_mla) or cc[0] == 9, (
+        for name in names - {None}:
+            if name == "fa3":  # attention_registry.py:126-138 (0.5.9), :238-261 (0.5.23)
+                assert (cc[0] == 8 and not mla) or cc[0] == 9, (
                     "FlashAttention v3 Backend requires SM>=80 and SM<=90. "
-                    "Please use `--attention-backend flashinfer`."
-                )
-            if name in ("flashmla", "cutlass_mla", "fa4") and cc[0] not in (9, 10):
-                raise RuntimeError(
-                    f"{name} attention backend is not supported on sm_{cc[0]}{cc[1]}."
-                )
+                    "Please use `--attention-backend flashinfer`.")
+            if name in ("trtllm_mla", "tokenspeed_mla", "cutedsl_mla") and not mla:
+                raise ValueError(f"{name} backend can only be used with MLA models.")
+            if name == "trtllm_mha" and mla:  # attention_registry.py:158 (0.5.9), :280 (0.5.23)
+                raise ValueError("trtllm_mha backend can only be used with non-MLA models.")
+            if draft and name == "cutlass_mla":  # speculative/draft_utils.py:63 (0.5.9)
+                raise ValueError("EAGLE is not supported in decode attention backend cutlass_mla")
 
     def _init_memory_pool(self, cfg: HFConfig) -> None:
+        """KV pool = post - pre * (1 - mem_fraction_static); <= 0 stops the server:
+        model_runner_kv_cache_mixin.py:116-149/:415-419 (0.5.9); kv_cache_mixin.py:104-138
+        (0.5.15); mem_cache/kv_cache_configurator.py:2990-3060 (0.5.23). From 0.5.15 the
+        draft's weights are loaded first and count."""
         args = self.args
-        total_gb = self.result.total_mib / 1024.0
-        kv_gb = max(0.5, total_gb * float(args.mem_fraction_static) - self._weights_gb)
+        mfs = float(args.mem_fraction_static)
+        pre = self._free_gb
+        used = self._weights_gb + (self._draft_gb if at_least(0, 5, 15) else 0)
+        kv_gb = (pre - used) - pre * (1 - mfs)
+        if kv_gb <= 0:
+            raise _no_kv_cache(mfs, pre, pre - used)
         layers = int(cfg.num_hidden_layers or 32)
         if cfg.is_mla:
             bytes_per_token = layers * (512 + 64) * 2
         else:
             hidden = int(cfg.hidden_size or 4096)
             bytes_per_token = layers * 2 * hidden * 2 // max(1, args.tp_size)
-        if args.kv_cache_dtype.startswith("fp8"):
+        if str(args.kv_cache_dtype).startswith("fp8"):
             bytes_per_token //= 2
         tokens = int(kv_gb * (1 << 30) / max(1, bytes_per_token))
         if args.max_total_tokens:
@@ -241,7 +352,7 @@ class ModelLoader:
         log(f"max_total_num_tokens={tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
             f"max_prefill_tokens={args.max_prefill_tokens}, "
             f"max_running_requests={args.max_running_requests}, "
-            f"context_len={self.result.context_len}, available_gpu_mem={total_gb * 0.04:.2f} GB",
+            f"context_len={self.result.context_len}, available_gpu_mem={pre * 0.04:.2f} GB",
             "TP0")
 
     def _capture_cuda_graphs(self) -> None:
@@ -249,19 +360,68 @@ class ModelLoader:
         max_bs = getattr(args, "cuda_graph_max_bs", None) or getattr(
             args, "cuda_graph_max_bs_decode", None
         )
-        if args.cuda_graph_bs:
-            max_bs = max(args.cuda_graph_bs)
+        graph_bs = args.opt("cuda_graph_bs") or args.opt("cuda_graph_bs_decode")
+        if graph_bs:
+            max_bs = max(graph_bs)
         if max_bs is None:
             max_bs = 64 if self.result.spec.enabled or args.speculative_algorithm else 160
             max_bs = min(max_bs, int(args.max_running_requests or max_bs))
-        self.result.cuda_graph_max_bs = 0 if args.disable_cuda_graph else int(max_bs)
-        if args.disable_cuda_graph:
+        disabled = bool(args.opt("disable_cuda_graph"))
+        self.result.cuda_graph_max_bs = 0 if disabled else int(max_bs)
+        if disabled:
             return
         log("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB"
             % (self.result.total_mib / 1024.0 * 0.04), "TP0")
         self._sleep(30.0)
         log("Capture cuda graph end. Time elapsed: 30.00 s. mem usage=1.20 GB. avail mem=%.2f GB."
             % (self.result.total_mib / 1024.0 * 0.03), "TP0")
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true")
+
+
+def _longer_context(reason: str, wanted: int, derived: int) -> str:
+    """configs/model_config.py:359-390 (0.5.9), :1291-1329 (0.5.23)."""
+    return (f"Warning: {reason} context_length ({wanted}) is greater than the derived "
+            f"context_length ({derived}). This may lead to incorrect model outputs or CUDA "
+            "errors. Note that the derived context_length may differ from "
+            "max_position_embeddings in the model's config. To allow overriding this maximum, "
+            f"set the env var {ALLOW_LONGER_CONTEXT}=1")
+
+
+def _no_kv_cache(mfs: float, pre: float, post: float) -> Exception:
+    """The release's words for a KV pool <= 0 (see ModelLoader._init_memory_pool)."""
+    if at_least(0, 5, 15):
+        floor = math.ceil((1 - post / pre) * 1000) / 1000 if pre > 0 else 1.0
+        return ValueError(
+            f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static="
+            f"{mfs}. Raise --mem-fraction-static above {floor} (minimum viable = 1 - "
+            f"available/pre = {floor}). If using speculative decoding, draft weights are now "
+            "counted.")
+    text = "Not enough memory. Please try to increase --mem-fraction-static."
+    if at_least(0, 5, 12):
+        return RuntimeError(text)
+    name = "self.server_args.mem_fraction_static" if not at_least(0, 5, 10) else \
+        "mem_fraction_static"
+    return RuntimeError(f"{text} Current value: {name}={mfs}")
+
+
+def _spec_profile(algo: str, dcfg: HFConfig, same_as_target: bool, steps: int,
+                  ndt: int) -> SpecProfile:
+    """How speculation behaves for this target/drafter pair (the speed model's inputs)."""
+    is_eagle3_draft = any(a in EAGLE3_DRAFT_ARCHITECTURES for a in dcfg.architectures)
+    if same_as_target:
+        return SpecProfile(True, 1.0, 0.5, ndt, "target model used as its own draft")
+    if is_eagle3_draft and algo == "EAGLE":
+        # silent: no aux hidden states, the target's lm_head (eagle_worker.py:176-183 (0.5.9))
+        return SpecProfile(True, 1.0, 0.9, ndt, "EAGLE with an EAGLE-3 drafter")
+    if is_eagle3_draft or algo in ("EAGLE", "DFLASH"):
+        accept = min(sum(ACCEPT_PROB ** i for i in range(steps + 1)), float(ndt))
+        return SpecProfile(True, accept, accept / SPEC_OVERHEAD, ndt, "matched drafter")
+    if algo == "STANDALONE":
+        return SpecProfile(True, 2.0, 1.2, ndt, "standalone draft model")
+    return SpecProfile(True, 1.0, 0.9, ndt, "drafter of an unexpected kind")
 
 
 def _get_scheme_format(fmt: str):

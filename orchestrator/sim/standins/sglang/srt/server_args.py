@@ -1,275 +1,145 @@
-"""ServerArgs of the stand-in: the release's real command-line flags and validation rules.
+"""ServerArgs of the stand-in: the release's real flags, and its start-time rules.
 
-The flag set follows SGLang 0.5.9 and 0.5.23 (see the simulator's FACTS): argparse with prefix
-matching (so `--tp` means `--tp-size`), `--cuda-graph-max-bs` present in 0.5.9 and removed in
-0.5.23 (where argparse reports it ambiguous between the -decode and -prefill flags), the
-speculative algorithm as a choice list in 0.5.9 and a free upper-cased string later.
+The flags come from `sglang/_release_flags.json`, the data the project generates from the real
+wheel of this release (scripts/sync_sglang.py) and ships inside the stand-in wheel: option
+strings, aliases, actions, types, choices and defaults, so argparse behaves like the release's
+own (prefix matching, ambiguity, invalid choices, deprecation warnings).
 
-`ServerArgs.__post_init__` applies the speculative-decoding rules of `_handle_speculative_decoding`
-(NEXTN -> EAGLE, max_running_requests 48, DeepSeek-style targets filling in the draft path with the
-target itself, the bare assertion when num_steps is missing, auto-chosen (steps, topk, tokens),
-topk handling per release) plus the attention-backend and multi-node checks.
+`ServerArgs.__post_init__` follows the real release's start-time handling, each rule citing the
+real file:line (paths relative to sglang/srt/). What real SGLang finds only after the weights
+load lives in model_loader.py. This is the simulator's own reading of the real source, written
+apart from the orchestrator's preflight (which it must never import).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 
 from sglang.srt import hardware
-from sglang.srt.hf_config import DEEPSEEK_MTP_ARCHITECTURES, KIMI_K25_ARCHITECTURES, load_config
+from sglang.srt.hf_config import load_config
 from sglang.srt.utils import at_least, log
 
-QUANTIZATION_CHOICES = [
-    "awq",
-    "fp8",
-    "gptq",
-    "marlin",
-    "gptq_marlin",
-    "awq_marlin",
-    "bitsandbytes",
-    "gguf",
-    "modelopt",
-    "modelopt_fp8",
-    "modelopt_fp4",
-    "petit_nvfp4",
-    "w8a8_int8",
-    "w8a8_fp8",
-    "moe_wna16",
-    "qoq",
-    "w4afp8",
-    "mxfp4",
-    "compressed-tensors",
-    "auto-round",
-]
-ATTENTION_BACKEND_CHOICES = [
-    "triton",
-    "torch_native",
-    "flex_attention",
-    "cutlass_mla",
-    "fa3",
-    "fa4",
-    "flashinfer",
-    "flashmla",
-    "trtllm_mla",
-    "trtllm_mha",
-    "dual_chunk_flash_attn",
-    "aiter",
-    "wave",
-    "intel_amx",
-    "ascend",
-]
-TOOL_CALL_PARSERS = [
-    "deepseekv3",
-    "deepseekv31",
-    "glm",
-    "glm45",
-    "gpt-oss",
-    "kimi_k2",
-    "llama3",
-    "mistral",
-    "pythonic",
-    "qwen",
-    "qwen25",
-    "qwen3_coder",
-    "step3",
-]
-REASONING_PARSERS = [
-    "deepseek-r1",
-    "deepseek-v3",
-    "glm45",
-    "gpt-oss",
-    "kimi",
-    "kimi_k2",
-    "qwen3",
-    "qwen3-thinking",
-    "step3",
-]
-SPEC_ALGORITHMS_059 = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
-SPEC_ALGORITHMS_LATER = SPEC_ALGORITHMS_059 + ["DFLASH"]
+_FLAGS_FILE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "_release_flags.json")
+
+ALLOW_LONGER_CONTEXT = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+@functools.lru_cache(maxsize=1)
+def _flags_text() -> str:
+    with open(_FLAGS_FILE, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def release_flags() -> list:
+    """The generated flag records of this release."""
+    return json.loads(_flags_text())["flags"]
+
+
+def _human_int(text: str) -> int:
+    text = str(text).strip().upper()
+    scale = {"K": 10**3, "M": 10**6, "G": 10**9}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+_TYPES = {"int": int, "float": float, "human_readable_int": _human_int}
+
+
+def _deprecation(message: str) -> None:
+    """print_deprecated_warning: logger.warning in bold yellow (arg_groups/argparse_actions.py
+    (0.5.15+); server_args.py:5729-5738 (0.5.9))."""
+    log("\033[1;33m" + message + "\033[0m")
+
+
+class _Deprecated(argparse.Action):
+    """The release's deprecated actions: warn, then store like the action they wrap."""
+
+    def __init__(self, option_strings, dest, kind="", note="", **kwargs):
+        self.kind = kind
+        self.note = note
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.kind == "deprecated":  # 0.5.9 DeprecatedAction: warning only
+            _deprecation(f"The command line argument '{option_string}' is deprecated and will "
+                         "be removed in future versions.")
+            return
+        _deprecation(f"'{option_string}' is deprecated and will be removed in a future release."
+                     + (f" {self.note}" if self.note else ""))
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def _add(parser: argparse.ArgumentParser, flag: dict) -> None:
+    names = [flag["name"], *flag.get("aliases", [])]
+    action = flag.get("action") or "store"
+    kw: dict = {"dest": flag["dest"], "default": flag.get("default")}
+    if flag.get("required"):
+        kw["required"] = True
+    if action in ("store_true", "store_false"):
+        parser.add_argument(*names, action=action, **kw)
+        return
+    if action == "BooleanOptionalAction":
+        names = [n for n in names if not n.startswith("--no-")]
+        parser.add_argument(*names, action=argparse.BooleanOptionalAction, **kw)
+        return
+    nargs = flag.get("nargs")
+    if action.startswith("Deprecated") or action == "deprecated":
+        note = str(flag.get("deprecated") or "").split("; use ", 1)
+        kw.update(action=_Deprecated, kind=action, nargs=nargs,
+                  note=f"Use '{note[1]}' instead." if len(note) == 2 else "")
+    elif nargs is not None:
+        kw["nargs"] = nargs
+    if nargs != 0:
+        kw["type"] = _TYPES.get(str(flag.get("type")), str)
+        if flag.get("choices"):
+            kw["choices"] = [kw["type"](c) if not isinstance(c, str) else c
+                             for c in flag["choices"]]
+    parser.add_argument(*names, **kw)
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     """Add the release's ServerArgs flags to `parser`."""
-    a = parser.add_argument
-    # Model and tokenizer
-    a("--model-path", "--model", type=str, required=True, dest="model_path",
-      help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.")
-    a("--tokenizer-path", type=str, default=None)
-    a("--tokenizer-mode", type=str, default="auto", choices=["auto", "slow"])
-    a("--skip-tokenizer-init", action="store_true")
-    a("--load-format", type=str, default="auto",
-      choices=["auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "gguf",
-               "bitsandbytes", "layered", "remote"])
-    a("--model-loader-extra-config", type=str, default="{}")
-    a("--trust-remote-code", action="store_true")
-    a("--context-length", type=int, default=None)
-    a("--is-embedding", action="store_true")
-    a("--enable-multimodal", default=None, action="store_true")
-    a("--revision", type=str, default=None)
-    a("--model-impl", type=str, default="auto")
-    # HTTP server
-    a("--host", type=str, default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--skip-server-warmup", action="store_true")
-    a("--warmups", type=str, default=None)
-    a("--nccl-port", type=int, default=None)
-    # Quantization and data type
-    a("--dtype", type=str, default="auto",
-      choices=["auto", "half", "float16", "bfloat16", "float", "float32"])
-    a("--quantization", type=str, default=None, choices=QUANTIZATION_CHOICES)
-    a("--quantization-param-path", type=str, default=None)
-    a("--kv-cache-dtype", type=str, default="auto",
-      choices=["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"])
-    # Memory and scheduling
-    a("--mem-fraction-static", type=float, default=None)
-    a("--max-running-requests", type=int, default=None)
-    a("--max-queued-requests", type=int, default=None)
-    a("--max-total-tokens", type=int, default=None)
-    a("--chunked-prefill-size", type=int, default=None)
-    a("--max-prefill-tokens", type=int, default=16384)
-    a("--schedule-policy", type=str, default="fcfs",
-      choices=["lpm", "random", "fcfs", "dfs-weight", "lof", "priority"])
-    a("--schedule-conservativeness", type=float, default=1.0)
-    a("--page-size", type=int, default=None)
-    # Runtime options
-    a("--device", type=str, default=None)
-    a("--tensor-parallel-size", "--tp-size", type=int, default=1, dest="tp_size")
-    a("--pipeline-parallel-size", "--pp-size", type=int, default=1, dest="pp_size")
-    a("--stream-interval", type=int, default=1)
-    a("--stream-output", action="store_true")
-    a("--random-seed", type=int, default=None)
-    a("--watchdog-timeout", type=float, default=300)
-    a("--dist-timeout", type=int, default=None)
-    a("--download-dir", type=str, default=None)
-    a("--base-gpu-id", type=int, default=0)
-    a("--gpu-id-step", type=int, default=1)
-    a("--sleep-on-idle", action="store_true")
-    # Logging
-    a("--log-level", type=str, default="info")
-    a("--log-level-http", type=str, default=None)
-    a("--log-requests", action="store_true")
-    a("--log-requests-level", type=int, default=2, choices=[0, 1, 2, 3])
-    a("--show-time-cost", action="store_true")
-    a("--enable-metrics", action="store_true")
-    a("--decode-log-interval", type=int, default=40)
-    # API related
-    a("--api-key", type=str, default=None)
-    a("--served-model-name", type=str, default=None)
-    a("--weight-version", type=str, default="default")
-    a("--chat-template", type=str, default=None)
-    a("--completion-template", type=str, default=None)
-    a("--file-storage-path", type=str, default="sglang_storage")
-    a("--enable-cache-report", action="store_true")
-    a("--reasoning-parser", type=str, default=None, choices=REASONING_PARSERS)
-    a("--tool-call-parser", type=str, default=None, choices=TOOL_CALL_PARSERS)
-    # Data parallelism
-    a("--data-parallel-size", "--dp-size", type=int, default=1, dest="dp_size")
-    a("--load-balance-method", type=str, default="round_robin",
-      choices=["round_robin", "shortest_queue", "minimum_tokens"])
-    # Multi-node distributed serving
-    a("--dist-init-addr", "--nccl-init-addr", type=str, default=None, dest="dist_init_addr")
-    a("--nnodes", type=int, default=1)
-    a("--node-rank", type=int, default=0)
-    # Model override args
-    a("--json-model-override-args", type=str, default="{}")
-    a("--preferred-sampling-params", type=str, default=None)
-    # Kernel backends
-    a("--attention-backend", type=str, default=None, choices=ATTENTION_BACKEND_CHOICES)
-    a("--prefill-attention-backend", type=str, default=None, choices=ATTENTION_BACKEND_CHOICES)
-    a("--decode-attention-backend", type=str, default=None, choices=ATTENTION_BACKEND_CHOICES)
-    a("--sampling-backend", type=str, default=None, choices=["flashinfer", "pytorch"])
-    a("--grammar-backend", type=str, default=None,
-      choices=["xgrammar", "outlines", "llguidance", "none"])
-    a("--mm-attention-backend", type=str, default=None)
-    # Speculative decoding
-    if at_least(0, 5, 15):
-        a("--speculative-algorithm", type=str, default=None)
-    else:
-        a("--speculative-algorithm", type=str, default=None, choices=SPEC_ALGORITHMS_059)
-    a("--speculative-draft-model-path", "--speculative-draft-model", type=str, default=None,
-      dest="speculative_draft_model_path")
-    a("--speculative-draft-model-revision", type=str, default=None)
-    a("--speculative-draft-model-quantization", type=str, default=None,
-      choices=QUANTIZATION_CHOICES + ["unquant"])
-    a("--speculative-num-steps", type=int, default=None)
-    a("--speculative-eagle-topk", type=int, default=None)
-    a("--speculative-num-draft-tokens", type=int, default=None)
-    a("--speculative-accept-threshold-single", type=float, default=1.0)
-    a("--speculative-accept-threshold-acc", type=float, default=1.0)
-    a("--speculative-token-map", type=str, default=None)
-    a("--speculative-attention-mode", type=str, default="prefill", choices=["prefill", "decode"])
-    # Expert parallelism
-    a("--expert-parallel-size", "--ep-size", type=int, default=1, dest="ep_size")
-    a("--moe-a2a-backend", type=str, default="none", choices=["none", "deepep", "mooncake"])
-    a("--moe-runner-backend", type=str, default="auto")
-    a("--enable-eplb", action="store_true")
-    # Optimization / debug options
-    a("--disable-radix-cache", action="store_true")
-    a("--cuda-graph-bs", type=int, nargs="+", default=None)
-    if at_least(0, 5, 20):
-        # --cuda-graph-max-bs is gone: argparse reports it ambiguous between these two.
-        a("--cuda-graph-max-bs-decode", type=int, default=None)
-        a("--cuda-graph-max-bs-prefill", type=int, default=None)
-    else:
-        a("--cuda-graph-max-bs", type=int, default=None)
-    a("--disable-cuda-graph", action="store_true")
-    a("--disable-cuda-graph-padding", action="store_true")
-    a("--enable-profile-cuda-graph", action="store_true")
-    a("--enable-nccl-nvls", action="store_true")
-    a("--enable-symm-mem", action="store_true")
-    a("--disable-outlines-disk-cache", action="store_true")
-    a("--disable-custom-all-reduce", action="store_true")
-    a("--enable-mscclpp", action="store_true")
-    a("--disable-overlap-schedule", action="store_true")
-    a("--enable-mixed-chunk", action="store_true")
-    a("--enable-dp-attention", action="store_true")
-    a("--enable-dp-lm-head", action="store_true")
-    a("--enable-two-batch-overlap", action="store_true")
-    a("--enable-torch-compile", action="store_true")
-    a("--torch-compile-max-bs", type=int, default=32)
-    a("--torchao-config", type=str, default="")
-    a("--enable-nan-detection", action="store_true")
-    a("--enable-p2p-check", action="store_true")
-    a("--triton-attention-reduce-in-fp32", action="store_true")
-    a("--triton-attention-num-kv-splits", type=int, default=8)
-    a("--num-continuous-decode-steps", type=int, default=1)
-    a("--delete-ckpt-after-loading", action="store_true")
-    a("--enable-memory-saver", action="store_true")
-    a("--allow-auto-truncate", action="store_true")
-    a("--enable-custom-logit-processor", action="store_true")
-    a("--disable-shared-experts-fusion", action="store_true")
-    a("--disable-chunked-prefix-cache", action="store_true")
-    a("--disable-fast-image-processor", action="store_true")
-    a("--enable-hierarchical-cache", action="store_true")
-    a("--hicache-ratio", type=float, default=2.0)
-    a("--enable-deterministic-inference", action="store_true")
+    for flag in release_flags():
+        _add(parser, flag)
 
 
 def make_parser() -> argparse.ArgumentParser:
-    """The launch_server argument parser of this release."""
-    parser = argparse.ArgumentParser()
+    """The launch_server argument parser of this release (prog as the release names it)."""
+    parser = argparse.ArgumentParser(prog="sglang serve" if at_least(0, 5, 20) else None)
     add_cli_args(parser)
     return parser
+
+
+def _short_dests(values: dict) -> dict:
+    """Up to 0.5.12 `--tensor-parallel-size` etc. store to long dests that from_cli_args copies
+    to the short fields (server_args.py:5069-5078 (0.5.9))."""
+    for short, long in (("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size"),
+                        ("dp_size", "data_parallel_size"), ("ep_size", "expert_parallel_size")):
+        if long in values:
+            values[short] = values.pop(long)
+    return values
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true")
 
 
 class ServerArgs:
     """All server options, validated and completed like SGLang's ServerArgs dataclass."""
 
     def __init__(self, **kwargs) -> None:
-        defaults = vars(make_parser().parse_args(["--model-path", kwargs.get("model_path", "")]))
+        defaults = _short_dests({f["dest"]: f.get("default") for f in release_flags()})
         defaults.update(kwargs)
         self.__dict__.update(defaults)
         self.__post_init__()
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> ServerArgs:
-        return cls(**vars(args))
+        """Up to 0.5.12 the long names are the dests and are copied to the short fields
+        (server_args.py:5069-5078 (0.5.9))."""
+        return cls(**_short_dests(vars(args)))
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items() if not k.startswith("_"))
@@ -278,24 +148,31 @@ class ServerArgs:
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
+    def opt(self, name: str, default=None):
+        """An option this release may not have (getattr with a default)."""
+        value = getattr(self, name, None)
+        return default if value is None else value
+
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
+        # tokenizer_path / served_model_name default to model_path: server_args.py:847-850
+        # (0.5.9); arg_groups/serving_hook.py:636-646 (0.5.23)
         if self.tokenizer_path is None:
             self.tokenizer_path = self.model_path
         if self.served_model_name is None:
             self.served_model_name = self.model_path
-        if self.device is None:
+        if getattr(self, "device", None) is None:
             self.device = "cuda"
-        if self.random_seed is None:
+        if getattr(self, "random_seed", None) is None:
             self.random_seed = 42
-        if ":" in self.served_model_name and self.served_model_name != self.model_path:
-            raise ValueError(
-                f"served_model_name must not contain ':' (got {self.served_model_name!r}): the "
-                "':' separates the model name from a LoRA adapter name in requests."
-            )
-        if self.disable_cuda_graph and at_least(0, 5, 20):
-            log("--disable-cuda-graph is deprecated and will be removed in a future release.")
+        # draft quantization copies the USER-GIVEN --quantization: server_args.py:882-885
+        # (0.5.9); arg_groups/serving_hook.py:685-708 (0.5.23); "unquant" means none
+        if self.speculative_draft_model_quantization is None:
+            self.speculative_draft_model_quantization = self.quantization
+        elif self.speculative_draft_model_quantization == "unquant":
+            self.speculative_draft_model_quantization = None
         self._hf_config = load_config(self.model_path)
+        self._check_context_length()
         self._handle_gpu_memory_settings()
         self._handle_attention_backend_compatibility()
         self._handle_speculative_decoding()
@@ -304,100 +181,110 @@ class ServerArgs:
     def get_hf_config(self):
         return self._hf_config
 
+    def _check_context_length(self) -> None:
+        """configs/model_config.py:359-390 (0.5.9), :1291-1329 (0.5.23): at start, when
+        ServerArgs builds the target's ModelConfig."""
+        derived = self._hf_config.context_length
+        if self.context_length is not None and self.context_length > derived:
+            msg = (f"User-specified context_length ({self.context_length}) is greater than the "
+                   f"derived context_length ({derived}). This may lead to incorrect model "
+                   "outputs or CUDA errors. Note that the derived context_length may differ from "
+                   "max_position_embeddings in the model's config. To allow overriding this "
+                   f"maximum, set the env var {ALLOW_LONGER_CONTEXT}=1")
+            if not _env_on(ALLOW_LONGER_CONTEXT):
+                raise ValueError("Warning: " + msg)
+            log("Warning: " + msg)
+
     def _handle_gpu_memory_settings(self) -> None:
         if self.mem_fraction_static is None:
-            self.mem_fraction_static = 0.88 if self.tp_size >= 2 else 0.85
-            if self.speculative_algorithm is not None:
-                self.mem_fraction_static = round(self.mem_fraction_static - 0.01, 3)
+            self.mem_fraction_static = default_mem_fraction_static(self)
         if self.chunked_prefill_size is None:
             self.chunked_prefill_size = 8192
         if self.page_size is None:
             self.page_size = 1
 
+    # ------------------------------------------------------------------ attention backends
     def _handle_attention_backend_compatibility(self) -> None:
         cc = hardware.compute_capability()
+        if self.attention_backend is None:
+            # MLA on anything but sm_90/sm_100 -> triton: server_args.py:1781-1838 (0.5.9);
+            # arg_groups/model_override_base.py:277-350 (0.5.23); the log: overrides.py:1137
+            if self._hf_config.is_mla:
+                self.attention_backend = ("fa3" if cc and cc[0] == 9 else "flashinfer"
+                                          if cc and cc[0] == 10 else "triton")
+            else:
+                self.attention_backend = "fa3" if cc and cc[0] == 9 else "flashinfer"
+            log(f"Attention backend not specified. Use {self.attention_backend} backend by "
+                "default.")
         if cc is None:
             return
-        sm100 = cc[0] == 10
-        for name in (self.attention_backend, self.decode_attention_backend,
-                     self.prefill_attention_backend):
-            if name == "trtllm_mha" and not sm100:
-                raise ValueError(
-                    "TRTLLM MHA backend is only supported on Blackwell GPUs (SM100). Please use "
-                    "a different backend."
-                )
-            if name == "trtllm_mla" and not sm100:
-                raise ValueError(
-                    "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100). Please use "
-                    "a different backend."
-                )
-        if self.attention_backend is None:
-            self.attention_backend = "triton" if self._hf_config.is_mla else "flashinfer"
-            log("Attention backend not explicitly specified. "
-                f"Use {self.attention_backend} backend by default.")
+        names = {n for n in (self.attention_backend, self.decode_attention_backend,
+                             self.prefill_attention_backend) if n}
+        prefill = {n for n in (self.attention_backend, self.prefill_attention_backend) if n}
+        major = cc[0]
+        if "trtllm_mla" in names and major not in (10, 11, 12):
+            # server_args.py:1873-1893 (0.5.9); arg_groups/overrides.py:1205-1218 (0.5.23)
+            raise ValueError("TRTLLM MLA backend is only supported on Blackwell GPUs "
+                             "(SM100/SM12x). Please use a different backend.")
+        if "trtllm_mha" in names:
+            self._check_trtllm_mha(major, "trtllm_mha" in prefill)
+        if "cutedsl_mla" in names and at_least(0, 5, 15) and major != 10:
+            # arg_groups/overrides.py:1630-1660 (0.5.15), :1246 (0.5.23)
+            raise ValueError("CuteDSL MLA backend is only supported on Blackwell GPUs (SM100). "
+                             "Please use a different backend.")
+        if "tokenspeed_mla" in names and at_least(0, 5, 12):
+            if at_least(0, 5, 23):  # alias of cutedsl_mla: arg_groups/serving_hook.py:303-334
+                log("--attention-backend=tokenspeed_mla is deprecated; use 'cutedsl_mla' "
+                    "instead.")
+                if major != 10:
+                    raise ValueError("CuteDSL MLA backend is only supported on Blackwell GPUs "
+                                     "(SM100). Please use a different backend.")
+            elif (self.kv_cache_dtype or "auto") != "fp8_e4m3":
+                # server_args.py:2734-2750 (0.5.12); overrides.py:1265-1275 (0.5.20)
+                raise ValueError("tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3, "
+                                 f"got {self.kv_cache_dtype or 'auto'}.")
 
-    def _handle_speculative_decoding(self) -> None:
-        if self.speculative_draft_model_path is not None and (
-            self.speculative_draft_model_revision is None
-        ):
-            self.speculative_draft_model_revision = "main"
-        if self.speculative_algorithm is None:
+    @staticmethod
+    def _check_trtllm_mha(major: int, prefill: bool) -> None:
+        """server_args.py:1895-1908 (0.5.9); :2363-2395 (0.5.10); :4450-4462 (0.5.15);
+        arg_groups/attention_hook.py:130-169 (0.5.19), :198-242 (0.5.23)."""
+        if not at_least(0, 5, 10):
+            if major != 10:
+                raise ValueError("TRTLLM MHA backend is only supported on Blackwell GPUs "
+                                 "(SM100). Please use a different backend.")
             return
-        if self.speculative_draft_model_quantization is None:
-            self.speculative_draft_model_quantization = self.quantization
-        if at_least(0, 5, 15):
-            name = str(self.speculative_algorithm).upper()
-            if name not in SPEC_ALGORITHMS_LATER:
+        if prefill and not at_least(0, 5, 19) and major != 10:
+            raise ValueError("TRTLLM MHA backend for prefill is only supported on Blackwell "
+                             "GPUs (SM100). Please use a different prefill backend.")
+        if prefill and at_least(0, 5, 19) and major not in (9, 10, 12):
+            raise ValueError("TRTLLM MHA backend for prefill requires Hopper (SM90), Blackwell "
+                             "(SM100), or SM120 GPUs. Please use a different prefill backend.")
+        if major not in (9, 10, 12):
+            raise ValueError("TRTLLM MHA backend for decode is only supported on Hopper (SM90), "
+                             "Blackwell (SM100) and (SM120) GPUs. Please use a different decode "
+                             "backend.")
+
+    # ------------------------------------------------------------------ speculative decoding
+    def _handle_speculative_decoding(self) -> None:
+        name = self.speculative_algorithm
+        if name is None:
+            return
+        if at_least(0, 5, 12):
+            # upper-cased, NEXTN aliased, then SpeculativeAlgorithm.from_string:
+            # server_args.py:3561-3562 (0.5.12); arg_groups/speculative_hook.py:137-143 and
+            # speculative/spec_info.py:65 (0.5.23)
+            name = str(name).upper()
+            if name != "NEXTN" and name not in spec_algorithms():
                 raise ValueError(f"Unknown speculative algorithm name: {name}")
-            self.speculative_algorithm = name
-        if self.speculative_algorithm == "NEXTN":
-            self.speculative_algorithm = "EAGLE"
-
-        if self.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE", "DFLASH"):
-            if self.max_running_requests is None:
-                self.max_running_requests = 48
-                log("Max running requests is reset to 48 for speculative decoding. You can "
-                    "override this by explicitly setting --max-running-requests.")
-            self._handle_spec_overlap()
-            if self.enable_mixed_chunk:
-                self.enable_mixed_chunk = False
-                log("Mixed chunked prefill is disabled because of using eagle speculative "
-                    "decoding.")
-            model_arch = self._hf_config.arch
-            if model_arch in DEEPSEEK_MTP_ARCHITECTURES:
-                if self.speculative_draft_model_path is None:
-                    self.speculative_draft_model_path = self.model_path
-                    self.speculative_draft_model_revision = self.revision
-                else:
-                    log("DeepSeek MTP does not require setting speculative_draft_model_path.")
-            if self.speculative_num_steps is None:
-                assert (
-                    self.speculative_eagle_topk is None
-                    and self.speculative_num_draft_tokens is None
-                )
-                (
-                    self.speculative_num_steps,
-                    self.speculative_eagle_topk,
-                    self.speculative_num_draft_tokens,
-                ) = auto_choose_speculative_params(self)
-            if self.speculative_eagle_topk is None:
-                self.speculative_eagle_topk = 1
-            if self.speculative_num_draft_tokens is None:
-                self.speculative_num_draft_tokens = self.speculative_num_steps + 1
-            if self.speculative_eagle_topk > 1 and at_least(0, 5, 12):
-                if not self.disable_overlap_schedule:
-                    self.disable_overlap_schedule = True
-                    log("Spec v1 is used for eagle/eagle3/standalone speculative decoding "
-                        "because spec v2 currently only supports topk = 1.")
-            if (
-                self.speculative_eagle_topk == 1
-                and self.speculative_num_draft_tokens != self.speculative_num_steps + 1
-            ):
-                log("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
-                    "when speculative_eagle_topk == 1")
-                self.speculative_num_draft_tokens = self.speculative_num_steps + 1
-
-        if self.speculative_algorithm == "NGRAM":
+        if name == "NEXTN":  # server_args.py:2352-2353 (0.5.9); speculative_hook.py:109-116
+            name = "EAGLE"
+        self.speculative_algorithm = name
+        if self.speculative_draft_model_path is not None and \
+                self.speculative_draft_model_revision is None:
+            self.speculative_draft_model_revision = "main"  # server_args.py:2331-2335 (0.5.9)
+        if name in ("EAGLE", "EAGLE3", "STANDALONE"):
+            self._handle_eagle()
+        elif name == "NGRAM":
             if self.max_running_requests is None:
                 self.max_running_requests = 48
             self.disable_overlap_schedule = True
@@ -409,51 +296,145 @@ class ServerArgs:
             if self.speculative_num_steps is None:
                 self.speculative_num_steps = self.speculative_num_draft_tokens - 1
 
+    def _handle_eagle(self) -> None:
+        """server_args.py:2355-2453 (0.5.9); arg_groups/speculative_hook.py:1086-1274 (0.5.23)."""
+        if self.max_running_requests is None:  # :2362-2366 (0.5.9), :1086-1094 (0.5.23)
+            self.max_running_requests = 48
+            log("Max running requests is reset to 48 for speculative decoding. You can override "
+                "this by explicitly setting --max-running-requests.")
+        self._handle_spec_overlap()
+        if self.enable_mixed_chunk and not at_least(0, 5, 19):
+            # off up to 0.5.15 (server_args.py:2390-2395 (0.5.9)); EAGLE keeps it from 0.5.19
+            # (speculative/spec_info.py:147-155 (0.5.23))
+            self.enable_mixed_chunk = False
+            log("Mixed chunked prefill is disabled because of using eagle speculative decoding.")
+        arch = self._hf_config.arch
+        if arch in autofill_architectures():
+            if self.speculative_draft_model_path is None:
+                self.speculative_draft_model_path = self.model_path
+                self.speculative_draft_model_revision = self.revision
+            elif arch not in ("MistralLarge3ForCausalLM", "PixtralForConditionalGeneration"):
+                log("DeepSeek MTP does not require setting speculative_draft_model_path.")
+        if self.speculative_num_steps is None:
+            # bare assertion: server_args.py:2422-2432 (0.5.9), speculative_hook.py:1159-1174
+            assert self.speculative_eagle_topk is None and \
+                self.speculative_num_draft_tokens is None
+            (self.speculative_num_steps, self.speculative_eagle_topk,
+             self.speculative_num_draft_tokens) = auto_choose_speculative_params(self)
+        if self.speculative_eagle_topk > 1 and at_least(0, 5, 12) and not at_least(0, 5, 15):
+            # None > 1 is the TypeError of server_args.py:2453 (0.5.9), :1274 (0.5.23)
+            self.disable_overlap_schedule = True  # 0.5.12 falls back to spec v1 (:3748-3768)
+            log("Spec v1 is used for eagle/eagle3/standalone speculative decoding because spec "
+                "v2 currently only supports topk = 1.")
+        if self.speculative_eagle_topk == 1 and \
+                self.speculative_num_draft_tokens != self.speculative_num_steps + 1:
+            # server_args.py:2443-2450 (0.5.9); speculative_hook.py:1254-1267 (0.5.23)
+            log("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                "speculative_eagle_topk == 1")
+            self.speculative_num_draft_tokens = self.speculative_num_steps + 1
+
     def _handle_spec_overlap(self) -> None:
-        if at_least(0, 5, 12):
-            if self.speculative_eagle_topk is not None and self.speculative_eagle_topk > 1:
-                return  # handled after the auto choice: fall back to spec v1
-            if not self.disable_overlap_schedule:
-                log("Spec v2 is enabled by default for eagle/eagle3/standalone speculative "
-                    "decoding.")
+        if at_least(0, 5, 15):
+            # no v1 worker any more; the variable is ignored (speculative_hook.py:75-80)
+            if os.environ.get("SGLANG_ENABLE_SPEC_V2") and not at_least(0, 5, 23):
+                log("SGLANG_ENABLE_SPEC_V2 has been removed: spec v2 is always on.")
             return
-        # 0.5.9: spec v2 is opt-in (SGLANG_ENABLE_SPEC_V2)
-        if _env_flag("SGLANG_ENABLE_SPEC_V2"):
+        if at_least(0, 5, 12):  # default on (environ.py:470 (0.5.12))
+            return
+        # 0.5.9 / 0.5.10: opt-in, default False (environ.py:414 (0.5.9)); server_args.py:2368-2388
+        if _env_on("SGLANG_ENABLE_SPEC_V2"):
             self.disable_overlap_schedule = False
-            log("Spec v2 is enabled for eagle/eagle3 speculative decoding and overlap schedule "
-                "is turned on.")
-            if self.speculative_eagle_topk is not None and self.speculative_eagle_topk > 1:
-                raise ValueError(
-                    "Spec v2 currently only supports topk = 1 for speculative decoding."
-                )
+            topk = self.speculative_eagle_topk
+            if topk is not None and topk > 1:
+                raise ValueError("Spec v2 currently only supports topk = 1 for speculative "
+                                 "decoding.")
         else:
             self.disable_overlap_schedule = True
             log("Overlap scheduler is disabled when spec v2 is off or using unsupported "
                 "speculative algorithm. You can set env SGLANG_ENABLE_SPEC_V2=True to enable the "
                 "experimental overlap scheduler. ")
 
+    # ------------------------------------------------------------------ final checks
     def check_server_args(self) -> None:
-        assert (
-            self.tp_size * self.pp_size
-        ) % self.nnodes == 0, "tp_size must be divisible by number of nodes"
-        if self.nnodes > 1 and self.dist_init_addr is None:
-            raise ValueError("--dist-init-addr is required when --nnodes > 1 (format HOST:PORT).")
-        if self.dist_init_addr is not None and ":" not in self.dist_init_addr:
-            raise ValueError(
-                f"--dist-init-addr must be HOST:PORT, got {self.dist_init_addr!r}"
-            )
-        assert 0 <= self.node_rank < self.nnodes, "node_rank must be in [0, nnodes)"
-        assert self.base_gpu_id >= 0, "base_gpu_id must be non-negative"
-        assert self.gpu_id_step >= 1, "gpu_id_step must be positive"
-        json.loads(self.json_model_override_args)
+        """server_args.py:5131-5160 (0.5.9); arg_groups/validation_hook.py:177-219 (0.5.23)."""
+        assert (self.tp_size * self.pp_size) % self.nnodes == 0, \
+            "tp_size must be divisible by number of nodes"
+        if self.pp_size > 1 and self.speculative_algorithm is not None and not (
+                at_least(0, 5, 23) and self.speculative_algorithm == "EAGLE"):
+            raise ValueError("Pipeline parallelism is not compatible with overlap schedule, "
+                             "speculative decoding, mixed chunked prefill.")
+        name = self.served_model_name
+        if ":" in name and not (at_least(0, 5, 10) and name.startswith("runai")):
+            raise AssertionError(
+                "served_model_name cannot contain a colon (':') character. The colon is reserved "
+                "for the 'model:adapter' syntax used in LoRA adapter specification. Invalid "
+                f"value: '{name}'")
+        json.loads(self.json_model_override_args or "{}")
+
+
+def spec_algorithms() -> tuple:
+    """Built-in names: speculative/spec_info.py:18-22 (0.5.9), :32-38 (0.5.12), :39-46
+    (0.5.19), :40-48 (0.5.20)."""
+    names = ["EAGLE", "EAGLE3", "STANDALONE", "NGRAM"]
+    if at_least(0, 5, 12):
+        names += ["DFLASH", "FROZEN_KV_MTP"]
+    if at_least(0, 5, 19):
+        names.append("DSPARK")
+    if at_least(0, 5, 20):
+        names.append("UNO")
+    return tuple(names)
+
+
+def autofill_architectures() -> tuple:
+    """Targets whose missing draft path is the target itself (built-in MTP):
+    server_args.py:2397-2421 (0.5.9); speculative_hook.py:687-720 (0.5.19), :1120-1156 (0.5.23).
+    """
+    names = ["DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM",
+             "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM",
+             "BailingMoeV2ForCausalLM", "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM",
+             "PixtralForConditionalGeneration"]
+    if at_least(0, 5, 12):
+        names += ["DeepseekV4ForCausalLM", "HYV3ForCausalLM"]
+    if at_least(0, 5, 20):
+        names += ["HYV4ForCausalLM", "Qwen4ExpForConditionalGeneration"]
+    return tuple(names)
 
 
 def auto_choose_speculative_params(self: ServerArgs):
-    """(num_steps, eagle_topk, num_draft_tokens) chosen from the target's architecture."""
+    """(num_steps, eagle_topk, num_draft_tokens): server_args.py:5741-5781 (0.5.9);
+    arg_groups/speculative_hook.py:1430-1461 (0.5.23). Keyed on the target's architecture."""
     arch = self.get_hf_config().arch
-    if arch in ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM") + KIMI_K25_ARCHITECTURES:
+    if self.speculative_algorithm == "STANDALONE":
         return (3, 1, 4)
-    return (5, 4, 8)
+    if arch in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM"):
+        return (5, 4, 8)
+    return (3, 1, 4)
+
+
+def default_mem_fraction_static(self: ServerArgs) -> float:
+    """The release's default for this GPU: server_args.py:1020-1063 (0.5.9), :1281-1327
+    (0.5.10); arg_groups/memory_hook.py:282-345 and :359-400 (0.5.23)."""
+    gpus = hardware.visible_gpus()
+    gpu_mem = min((int(g.get("memory_total_mib", 0)) for g in gpus), default=0) or None
+    if gpu_mem is None:
+        return 0.88 if not at_least(0, 5, 23) else 0.95
+    chunked = self.chunked_prefill_size or 8192
+    max_bs = 512 if self.tp_size >= 4 else 256
+    reserved = 512 + max(chunked, 2048) * 1.5 + max_bs * 2 + self.tp_size * self.pp_size / 8 \
+        * 1024
+    if self._hf_config.is_mla and at_least(0, 5, 10):
+        reserved += 1.5 * 1024  # MLA prefill graphs
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if self.speculative_algorithm in ("EAGLE", "EAGLE3", "NEXTN") and not at_least(0, 5, 15):
+        reserved += 2048 if not at_least(0, 5, 10) else 4096
+    fraction = round((gpu_mem - reserved) / gpu_mem, 3)
+    vision = self._hf_config.data.get("vision_config")
+    if isinstance(vision, dict):  # adjust_mem_fraction_for_vlm, memory_hook.py:417-460
+        ratio = vision.get("num_hidden_layers", 24) * vision.get("hidden_size", 1024) ** 2 / (
+            24 * 1024 ** 2)
+        fraction *= 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+    return fraction
 
 
 def prepare_server_args(argv: list) -> ServerArgs:
