@@ -30,6 +30,7 @@ import struct
 from pathlib import Path
 
 KIMI_REPO = "moonshotai/Kimi-K2.6"
+KIMI_K26_WEIGHT_BYTES = 548_000_000_000  # FACTS.md: ~548 GB of quantized weights
 EAGLE3_REPO = "lightseekorg/kimi-k2.6-eagle3"
 EAGLE3_OLD_BRANCH = "v1"
 FAULTY_DRAFTERS: dict[str, str] = {
@@ -221,16 +222,17 @@ def kimi_files() -> dict[str, bytes]:
     }
     shards = 4
     weight_map: dict[str, str] = {}
-    total = 0
     for i in range(1, shards + 1):
         name = f"model-{i:05d}-of-{shards:05d}.safetensors"
         tensor = f"language_model.model.layers.{i - 1}.stand_in"
         size = 1536 * _KIB if i < shards else 1280 * _KIB
         files[name] = safetensors_blob(tensor, size, f"{KIMI_REPO}/{name}")
         weight_map[tensor] = name
-        total += size
+    # The index declares the real checkpoint's size (about 548 GB), not the stand-in shards':
+    # SGLang sizes GPU memory from the weights it loads, and the stand-in and the preflight's
+    # memory rule both read this figure, so the simulated box fills its GPUs like the real one.
     files["model.safetensors.index.json"] = _json(
-        {"metadata": {"total_size": total}, "weight_map": weight_map}
+        {"metadata": {"total_size": KIMI_K26_WEIGHT_BYTES}, "weight_map": weight_map}
     )
     return files
 

@@ -16,15 +16,18 @@ Polls FROM THE HOST through the agent's `http` probe: connection refused (weight
 (warming up) mean "still starting"; the console shows the elapsed time and the server's latest
 log line at every poll. If the server PROCESS is gone it fails at once with the last 50 log
 lines, never waiting out the timeout. Once /health answers 200 it checks /model_info
-architectures, one non-streaming chat completion, and - with `min_accept_length` - sends a few
-short chat requests and reads `/server_info` internal_states[0].avg_spec_accept_length: a
-speculator that is silently off (EAGLE with an EAGLE-3 drafter, the target drafting for itself,
-a wrong drafter) fails the deploy.
+architectures, one non-streaming chat completion, and - with `min_accept_length` - measures the
+accept length the way the installed release reports it (see `accept.py`): per request where it
+can (0.5.19+: chat `return_spec_tokens_details`; every release: /generate meta_info), else by
+sending enough decode work for the decode log to publish it in /server_info (it appears only
+after --decode-log-interval decode batches), else from /metrics. A speculator that is silently
+off (EAGLE with an EAGLE-3 drafter, the target drafting for itself, a wrong drafter) fails the
+deploy; a working one is never failed for "not reported" before that much work was sent.
 
 check: converged when /health is 200, the running server instance is the one this stage last
-verified (STATE_DIR/ready.json names its pid and start time, so a restarted server is verified
-again), /model_info matches and (with min_accept_length) the current accept length is above the
-minimum - a few requests, well under a second.
+verified (STATE_DIR/ready.json names its pid, start time and measured accept length, so a
+restarted server is verified again), /model_info matches and (with min_accept_length) the
+server's cumulative accept length, where it already reports one, is still above the minimum.
 Records: ready_after_s, accept_length, model, version, architectures.
 """
 
@@ -39,6 +42,7 @@ from pydantic import Field, field_validator
 from orchestrator.config.model import parse_duration
 from orchestrator.errors import StageError
 from orchestrator.host import Host
+from orchestrator.sglang import accept as spec
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 
@@ -54,8 +58,8 @@ class WaitReadyParams(Params):
     chat_model: str | None = Field(None, description="model name for the chat request; "
                                    "default: the first id of /v1/models")
     min_accept_length: float | None = Field(None, ge=0)
-    accept_requests: int = Field(4, ge=1, le=64, description="chat requests sent before "
-                                 "reading the accept length")
+    accept_requests: int = Field(4, ge=1, le=64, description="requests whose per-request "
+                                 "accept length is measured (where the release reports it)")
     smoke_prompt: str = "In one short sentence: what is the capital of France?"
     smoke_max_tokens: int = Field(32, ge=1)
     request_timeout: float = Field(120.0, description="limit for one chat request")
@@ -122,21 +126,12 @@ class WaitReady(Stage, kind="wait_ready"):
                     f"expected {want}")
         return None
 
-    @staticmethod
-    def _accept_length(server_info: dict[str, Any]) -> float | None:
-        states = server_info.get("internal_states") or []
-        if states and isinstance(states[0], dict):
-            value = states[0].get("avg_spec_accept_length")
-            if isinstance(value, (int, float)):
-                return float(value)
-        value = server_info.get("avg_spec_accept_length")
-        return float(value) if isinstance(value, (int, float)) else None
-
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
         health = host.probe("http", url=self._base + "/health", timeout=10)
         if health.get("status") != 200:
             return Needed(f"{self._base}/health: {health.get('error') or health.get('status')}")
+        marker = None
         if p.state_dir:
             st = self._server_state(host) or {}
             pf = st.get("pidfile") or {}
@@ -159,18 +154,26 @@ class WaitReady(Stage, kind="wait_ready"):
             if problem:
                 return Needed(problem)
         if p.min_accept_length is not None:
-            r = self._get(host, "/server_info")
-            try:
-                info = json.loads(r["body"]) if r.get("status") == 200 else {}
-            except ValueError:
-                info = {}
-            accept = self._accept_length(info)
-            if accept is None:
-                return Needed("accept length not measured yet")
-            if accept <= p.min_accept_length:
-                return Needed(f"accept length {accept:.2f} is not above {p.min_accept_length}")
-            return Converged(f"ready; accept length {accept:.2f} > {p.min_accept_length}")
+            return self._check_accept(host, marker)
         return Converged("ready (/health 200, model_info matches)")
+
+    def _check_accept(self, host: Host, marker: dict[str, Any] | None) -> CheckResult:
+        """The accept length this instance was verified with, unless the server's own
+        cumulative figure (where it already reports one) has fallen to the minimum."""
+        floor = self.params.min_accept_length
+        r = self._get(host, "/server_info")
+        try:
+            live = spec.from_server_info(json.loads(r["body"])) if r.get("status") == 200 \
+                else None
+        except ValueError:
+            live = None
+        verified = (marker or {}).get("accept_length")
+        value = live if live is not None else verified
+        if not isinstance(value, (int, float)):
+            return Needed("accept length not measured yet")
+        if value <= floor:
+            return Needed(f"accept length {value:.2f} is not above {floor}")
+        return Converged(f"ready; accept length {value:.2f} > {floor}")
 
     # ------------------------------------------------------------------ waiting
     @property
@@ -279,19 +282,16 @@ class WaitReady(Stage, kind="wait_ready"):
         ctx.record("smoke_reply", text[:120])
         server_info = self._json(host, "/server_info", "server info")
         ctx.record("version", server_info.get("version"))
+        accept = spec.from_server_info(server_info)
         if p.min_accept_length is not None:
-            for i in range(p.accept_requests - 1):
-                ctx.progress(f"measuring the accept length: request {i + 2}/{p.accept_requests}")
-                self._chat(host, model, f"Count from 1 to {8 + i}, separated by commas.")
-            server_info = self._json(host, "/server_info", "server info")
-            accept = self._accept_length(server_info)
-            ctx.record("accept_length", accept)
+            accept, source = self._measure_accept(host, ctx, model, server_info)
+            ctx.record("accept_length_source", source)
+            if accept is not None:
+                ctx.record("accept_length", round(accept, 3))
             if accept is None or accept <= p.min_accept_length:
                 raise StageError(self._accept_message(host, server_info, accept))
-        else:
-            accept = self._accept_length(server_info)
-            if accept is not None:
-                ctx.record("accept_length", accept)
+        elif accept is not None:
+            ctx.record("accept_length", accept)
         pf = (st or {}).get("pidfile") or {}
         if p.state_dir and pf.get("pid"):
             # what check() compares: this very server instance passed the checks above
@@ -300,6 +300,61 @@ class WaitReady(Stage, kind="wait_ready"):
                       "model": model, "version": server_info.get("version"),
                       "accept_length": accept}
             host.write_file(self._marker_path, json.dumps(marker, indent=1) + "\n", mode=0o644)
+
+    def _measure_accept(self, host: Host, ctx: StageContext, model: str,
+                        info: dict[str, Any]) -> tuple[float | None, str]:
+        """The accept length, measured the way this release reports it (orchestrator.sglang.
+        accept): per request, else after enough decode work for the decode log, else /metrics.
+        """
+        p = self.params
+        version = info.get("version")
+        samples = []
+        for i in range(p.accept_requests):
+            ctx.progress(f"measuring the accept length: request {i + 1}/{p.accept_requests}")
+            sample = self._spec_request(host, model, f"Count from 1 to {8 + i}, separated by "
+                                        "commas.", p.smoke_max_tokens, version)
+            if sample is not None:
+                samples.append(sample)
+        measured = spec.combine(samples)
+        if measured is not None:
+            n = len(samples)
+            return measured, f"per request ({n} request{'s' if n != 1 else ''})"
+        tokens = spec.decode_work(info)
+        ctx.progress(f"measuring the accept length: no per-request figure; one request of "
+                     f"{tokens} tokens so that the decode log reports it")
+        self._spec_request(host, model, "Write a long story about a lighthouse.", tokens, None,
+                           ignore_eos=True)
+        live = spec.from_server_info(self._json(host, "/server_info", "server info"))
+        if live is not None:
+            return live, "server_info after the decode log"
+        r = self._get(host, "/metrics")
+        if r.get("status") == 200:
+            metric = spec.from_metrics(r.get("body", ""))
+            if metric is not None:
+                return metric, "metrics"
+        return None, "not reported"
+
+    def _spec_request(self, host: Host, model: str, prompt: str, max_tokens: int,
+                      version: str | None, ignore_eos: bool = False) -> spec.Sample | None:
+        """One request that reports its own speculation figures where the release can."""
+        if spec.per_request_chat(version):
+            body = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": max_tokens, "temperature": 0, "stream": False,
+                    "return_spec_tokens_details": True}
+            path, parse = "/v1/chat/completions", spec.from_chat
+        else:
+            body = {"text": prompt, "sampling_params": {
+                "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}}
+            path, parse = "/generate", spec.from_generate
+        r = self._post(host, path, body)
+        if r.get("status") != 200:
+            raise StageError(f"{self._base}{path} answered {r.get('status') or r.get('error')} "
+                             f"while measuring the accept length: {r.get('body', '')[:300]}",
+                             hint="check the server log")
+        try:
+            return parse(json.loads(r["body"]))
+        except ValueError:
+            return None
 
     def _chat(self, host: Host, model: str, prompt: str) -> str:
         p = self.params
@@ -328,7 +383,7 @@ class WaitReady(Stage, kind="wait_ready"):
         draft = info.get("speculative_draft_model_path")
         got = "not reported" if accept is None else f"{accept:.2f}"
         head = (f"speculative decoding does not pay off: accept length {got}, required > "
-                f"{p.min_accept_length} (after {p.accept_requests} requests)")
+                f"{p.min_accept_length} (measured over {p.accept_requests} requests)")
         if not algo:
             return head + ("; the server runs WITHOUT speculative decoding (no "
                            "speculative_algorithm): set speculative.algorithm: EAGLE3 and "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -56,6 +57,8 @@ def test_ready_with_accept_length_then_converged_fast(sglang_sim: SGLangSim, sta
     assert facts["version"] == "0.5.23"
     assert facts["architectures"] == ["KimiK25ForConditionalGeneration"]
     assert 2.3 < facts["accept_length"] < 2.8  # EAGLE-3, 3 steps, matched drafter: ~2.6
+    # 0.5.23 reports it per chat request (return_spec_tokens_details, 0.5.19+)
+    assert facts["accept_length_source"] == "per request (4 requests)"
     assert facts["ready_after_s"] >= 0 and facts["smoke_reply"]
     assert any(m.startswith("waiting for http://") for m in ctx.progress_messages) or \
         facts["ready_after_s"] < 0.2
@@ -73,6 +76,24 @@ def test_ready_with_accept_length_then_converged_fast(sglang_sim: SGLangSim, sta
     v2 = make("wait_ready", sim.ready_params(sd)).check(host, stage_ctx("ready"))
     assert isinstance(v1, Converged) and isinstance(v2, Converged)
     assert time.monotonic() - t0 < 15
+
+
+def test_accept_length_of_a_release_without_chat_details(sglang_sim: SGLangSim, stage_ctx,
+                                                         converge) -> None:
+    """0.5.15 has no return_spec_tokens_details: /generate's meta_info gives it per request,
+    long before the decode log (every 40 decode batches) publishes it in /server_info."""
+    sim = sglang_sim
+    python = sim.venv("v0515", "sglang==0.5.15", "compressed-tensors==0.18.0")
+    sd = sim.state_dir("ready-0515")
+    launch(sim, stage_ctx, converge, sd, python=python)
+    ctx = stage_ctx("ready", kind="wait_ready")
+    status, reason = converge(make("wait_ready", sim.ready_params(sd, accept_requests=1,
+                                                                  smoke_max_tokens=8)),
+                              sim.connect(), ctx)
+    assert status == "changed", reason
+    assert ctx.facts["version"] == "0.5.15"
+    assert ctx.facts["accept_length_source"] == "per request (1 request)"
+    assert 1.5 < ctx.facts["accept_length"] < 3.0
 
 
 def test_waits_through_loading_and_shows_progress(sglang_sim: SGLangSim, stage_ctx,
@@ -142,7 +163,9 @@ def test_silently_disabled_speculator_fails_the_deploy(sglang_sim: SGLangSim, st
     with pytest.raises(StageError) as err:
         make("wait_ready", sim.ready_params(sd)).apply(host, stage_ctx("ready", kind="wait_ready"))
     msg = err.value.render()
-    assert "accept length 1.00, required > 1.2" in msg
+    # per request: completion tokens / verify steps; the first token comes from the prefill
+    assert re.search(r"accept length 1\.0\d, required > 1\.2 \(measured over 4 requests\)",
+                     msg), msg
     assert "speculative_algorithm is EAGLE but the drafter is an EAGLE-3 model" in msg
     assert "Set speculative.algorithm: EAGLE3" in msg
     verdict = make("wait_ready", sim.ready_params(sd)).check(host, stage_ctx("ready"))

@@ -21,6 +21,7 @@ TARGET_OPTIONS = ("--attention-backend", "--prefill-attention-backend",
                   "--decode-attention-backend")
 DRAFT_OPTION = "--speculative-draft-attention-backend"
 FIX = "use attention_backend: flashinfer or triton"
+FIX_SENTENCE = "Use attention_backend: flashinfer or triton"
 
 
 def _majors(launch: Launch) -> set[int]:
@@ -74,7 +75,8 @@ def fa3(launch: Launch) -> Iterator[str]:
     for option, mla in uses:
         if any(not ((m == 8 and not mla) or m == 9) for m in majors):
             yield (f"{option} fa3 needs sm_90 (or sm_80 for a non-MLA model); this host's GPUs "
-                   f"are {_sm(launch)}: the backend asserts after the weights loaded. {FIX}")
+                   f"are {_sm(launch)}: the backend asserts after the weights loaded. "
+                   f"{FIX_SENTENCE}")
             return
 
 
@@ -89,7 +91,7 @@ def trtllm_mla_gpu(launch: Launch) -> Iterator[str]:
     majors = _majors(launch)
     if majors and "trtllm_mla" in _target_backends(launch).values() and majors - {10, 11, 12}:
         yield (f"trtllm_mla needs a Blackwell GPU (sm_100/sm_12x); this host's GPUs are "
-               f"{_sm(launch)}. {FIX}")
+               f"{_sm(launch)}. {FIX_SENTENCE}")
 
 
 @rule("backends.mla-only-backend-for-drafter", "after-load")
@@ -106,7 +108,7 @@ def mla_only_for_drafter(launch: Launch) -> Iterator[str]:
     if launch.target is not None and not is_mla(launch.target):
         for option, backend in target.items():
             if backend in mla_only:
-                yield f"{option} {backend} can only be used with MLA models. {FIX}"
+                yield f"{option} {backend} can only be used with MLA models. {FIX_SENTENCE}"
                 return
     backend = _draft_backend(launch)
     if _llama_drafter(launch) and backend in mla_only:
@@ -139,7 +141,7 @@ def trtllm_mha_gpu(launch: Launch) -> Iterator[str]:
         if majors - allowed:
             gens = ", ".join(f"sm_{m}x" for m in sorted(allowed))
             yield (f"{option} trtllm_mha on sglang {launch.version} needs {gens}; this host's "
-                   f"GPUs are {_sm(launch)}. {FIX}")
+                   f"GPUs are {_sm(launch)}. {FIX_SENTENCE}")
 
 
 @rule("backends.trtllm-mha-mla", "after-load")
@@ -151,7 +153,7 @@ def trtllm_mha_mla(launch: Launch) -> Iterator[str]:
     """
     if is_mla(launch.target) and "trtllm_mha" in _target_backends(launch).values():
         yield ("trtllm_mha cannot serve an MLA model (DeepSeek/Kimi): the registry refuses it "
-               f"after the weights loaded. {FIX}")
+               f"after the weights loaded. {FIX_SENTENCE}")
 
 
 @rule("backends.cutedsl-mla", "start", since="0.5.15")
@@ -165,7 +167,7 @@ def cutedsl_mla_gpu(launch: Launch) -> Iterator[str]:
     majors = _majors(launch)
     names = {"cutedsl_mla"} | ({"tokenspeed_mla"} if launch.at_least(0, 5, 23) else set())
     if majors and majors - {10} and names & set(_target_backends(launch).values()):
-        yield f"cutedsl_mla needs sm_100; this host's GPUs are {_sm(launch)}. {FIX}"
+        yield f"cutedsl_mla needs sm_100; this host's GPUs are {_sm(launch)}. {FIX_SENTENCE}"
 
 
 @rule("backends.tokenspeed-mla-kv", "start", since="0.5.12", until="0.5.20")
