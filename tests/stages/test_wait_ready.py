@@ -151,6 +151,31 @@ def test_checkpoint_load_failure_is_reported_at_once(sglang_sim: SGLangSim, stag
     assert "AttributeError: nvfp4_pack_quantized" in msg
 
 
+def test_a_post_load_failure_costs_the_whole_load_that_preflight_saves(
+        sglang_sim: SGLangSim, stage_ctx, converge) -> None:
+    """fa3 on sm_120, launched anyway (preflight off): the stand-in, like SGLang, finds it only
+    when the attention backend is created, after the full weight load; the preflight refuses
+    the same launch before anything starts."""
+    sim = sglang_sim
+    sd = sim.state_dir("fa3-after-load")
+    launch(sim, stage_ctx, converge, sd, preflight="off", attention_backend="fa3",
+           verify_window=0, env={"SGLANG_SIM_LOAD_SECONDS": "960"})
+    with pytest.raises(StageError) as err:
+        make("wait_ready", sim.ready_params(sd, timeout=60)).apply(
+            sim.connect(), stage_ctx("ready", kind="wait_ready"))
+    msg = err.value.render()
+    assert "FlashAttention v3 Backend requires SM>=80 and SM<=90" in msg
+    log = Path(sd, "server.log").read_text()
+    loaded = log.index("Loading safetensors checkpoint shards: 100% Completed")
+    assert loaded < log.index("FlashAttention v3 Backend requires"), log  # after the 16 minutes
+    t0 = time.monotonic()
+    with pytest.raises(StageError, match="fa3 needs sm_90"):
+        make("sglang_server", sim.server_params(sim.state_dir("fa3-refused"),
+                                                attention_backend="fa3")).check(
+            sim.connect(), stage_ctx("server", kind="sglang_server"))
+    assert time.monotonic() - t0 < 10
+
+
 def test_silently_disabled_speculator_fails_the_deploy(sglang_sim: SGLangSim, stage_ctx,
                                                        converge) -> None:
     """EAGLE with an EAGLE-3 drafter starts fine and accepts nothing (preflight off)."""
