@@ -55,21 +55,20 @@ class Options:
                 return self.values[canon]
         return None
 
-    def int(self, *names: str) -> int | None:
-        """get() as an int (None when absent or not a number)."""
+    def _number(self, cast: Callable[[Any], Any], names: tuple[str, ...]) -> Any:
         value = self.get(*names)
         try:
-            return int(value) if value is not None and value is not True else None
+            return cast(value) if value is not None and value is not True else None
         except (TypeError, ValueError):
             return None
 
+    def int(self, *names: str) -> int | None:
+        """get() as an int (None when absent or not a number)."""
+        return self._number(int, names)
+
     def float(self, *names: str) -> float | None:
         """get() as a float (None when absent or not a number)."""
-        value = self.get(*names)
-        try:
-            return float(value) if value is not None and value is not True else None
-        except (TypeError, ValueError):
-            return None
+        return self._number(float, names)
 
     def flag(self, *names: str) -> bool:
         """True when a switch among `names` was given."""
