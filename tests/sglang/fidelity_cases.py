@@ -133,8 +133,8 @@ CASES: list[Case] = [
     Case("k26-no-draft-path", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
                                "0.5.10": ("after-load", "speculative.no-draft-path")},
          target=K26, draft_path=False),
-    Case("k2-no-draft-path-autofill", _all(("after-load", "speculative.no-draft-path")),
-         draft_path=False),
+    Case("k2-no-draft-path-autofill", _all(("silent", "speculative.no-draft-path")),
+         draft_path=False),  # the draft is the target's MTP module (model_config.py:1032-1036)
     # --- the drafter (models/llama_eagle3.py, models/kimi_k25_eagle3.py, models/llama.py)
     Case("drafter-two-layers", {"0.5.9": ("after-load", "drafter.llama-eagle3-one-layer"),
                                 "0.5.12": "ok"}, draft={**EAGLE3, "num_hidden_layers": 2}),

@@ -7,6 +7,7 @@ import base64
 import csv
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -96,8 +97,8 @@ def test_standin_wheels_declare_the_facts_dependencies(sim_wheels: Path) -> None
         "compressed_tensors-0.10.0-py3-none-any.whl",
         "compressed_tensors-0.18.0-py3-none-any.whl",
         "compressed_tensors-0.8.1-py3-none-any.whl",
-        "sglang-0.5.23-py3-none-any.whl",
-        "sglang-0.5.9-py3-none-any.whl",
+        *sorted(f"sglang-{v}-py3-none-any.whl" for v in (
+            "0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.23")),
     ]
 
     def requires(wheel: str) -> list[str]:
@@ -107,9 +108,13 @@ def test_standin_wheels_declare_the_facts_dependencies(sim_wheels: Path) -> None
             return re.findall(r"^Requires-Dist: (.*)$", text, re.M)
 
     assert requires("sglang-0.5.9-py3-none-any.whl") == ["compressed-tensors"]
+    assert requires("sglang-0.5.15-py3-none-any.whl") == ["compressed-tensors"]
+    assert requires("sglang-0.5.19-py3-none-any.whl") == ["compressed-tensors==0.18.0"]
     assert requires("sglang-0.5.23-py3-none-any.whl") == ["compressed-tensors==0.18.0"]
     with zipfile.ZipFile(sim_wheels / "sglang-0.5.23-py3-none-any.whl") as zf:
         assert zf.read("sglang/version.py").decode().endswith('__version__ = "0.5.23"\n')
+        # the flags of that very release, generated from its real wheel
+        assert json.loads(zf.read("sglang/_release_flags.json"))["version"] == "0.5.23"
     # a second build changes nothing
     before = {p.name: p.stat().st_mtime_ns for p in sim_wheels.glob("*.whl")}
     build_standin_wheels(sim_wheels)

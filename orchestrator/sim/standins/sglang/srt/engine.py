@@ -11,6 +11,22 @@ Speed model (simulated seconds; real sleeps are multiplied by the hardware's tim
 
 Time is kept on a virtual clock (sum of modelled step times), so throughput figures in logs,
 /server_info and /metrics follow the model even when the real sleeps are tiny.
+
+Speculation bookkeeping follows SGLang's scheduler (paths relative to sglang/, per release):
+- every decode step of a request with speculation is ONE verify step that emits n tokens
+  (n - 1 correct drafts plus the bonus token); the request counts its verify steps, correct
+  drafts and a histogram of correct drafts per step (0.5.9 managers/schedule_batch.py:866-876,
+  speculative/eagle_info.py:430-431), which /generate reports when it finishes;
+- the scheduler adds n and 1 per request to a window (0.5.9 scheduler_metrics_mixin.py:147-150)
+  and moves the window into the cumulative totals ONLY inside the decode log, which runs every
+  `--decode-log-interval` decode batches (0.5.9 scheduler_output_processor_mixin.py:532-535,
+  scheduler_metrics_mixin.py:366-389; 0.5.23 managers/scheduler_components/metrics_reporter.py
+  :934, 963-1005). /server_info's avg_spec_accept_length is totals-accepted / totals-steps and
+  is absent while the totals are empty (0.5.9 scheduler.py:2663-2666; 0.5.23
+  scheduler_components/internal_state.py:118-127, 243-253);
+- /flush_cache (only when idle) zeroes the decode-batch counter, the window and the totals
+  (0.5.9 scheduler.py:2623-2648, scheduler_metrics_mixin.py:152-158; 0.5.23 scheduler.py:
+  5518-5546, metrics_reporter.py:708-717).
 """
 
 from __future__ import annotations
@@ -23,7 +39,7 @@ import threading
 import time
 import uuid
 
-from sglang.srt.utils import log
+from sglang.srt.utils import at_least, log
 
 _WORDS = (
     "the quick brown fox jumps over a lazy dog while seven silver ships sail north across "
@@ -59,7 +75,9 @@ class Req:
         self.finish_reason = finish_reason  # "length" or "stop" once max_new_tokens is reached
         self.seed = seed
         self.generated = 0
-        self.steps = 0
+        self.steps = 0  # verify steps (decode steps) of this request: spec_verify_ct
+        self.correct_drafts = 0  # accepted draft tokens, the bonus token excluded
+        self.histogram = []  # histogram[k]: verify steps that accepted k drafts
         self.out = queue.Queue()
         self.aborted = False
         self.vstart = 0.0
@@ -90,19 +108,18 @@ class Scheduler:
         self.stopped = False
         self.vclock = 0.0
         self._deadline = time.monotonic()
+        self.controls = collections.deque()  # (function, reply queue): run between batches
         # statistics
         self.decode_steps = 0
         self.num_requests = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self.spec_accepted = 0
-        self.spec_forward = 0
         self.last_gen_throughput = 0.0
-        self.last_accept_length = self.spec.accept_length if self.spec.enabled else 1.0
-        self._win_tokens = 0
-        self._win_vtime = 0.0
-        self._win_accepted = 0
-        self._win_forward = 0
+        # Prometheus gauges, set at decode-log time only (0.5.9 scheduler_metrics_mixin.py:
+        # 420-437): 0 until the first decode log, and 0 without speculation
+        self.last_spec_accept_length = 0.0
+        self.last_spec_accept_rate = 0.0
+        self.reset_metrics()
         self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
     # ------------------------------------------------------------------ API
@@ -123,11 +140,49 @@ class Scheduler:
             self.cv.notify_all()
         return req
 
+    def reset_metrics(self) -> None:
+        """Zero the decode-batch counter, the window and the speculation totals.
+
+        SGLang's reset_metrics (0.5.9 scheduler_metrics_mixin.py:152-158; 0.5.23
+        scheduler_components/metrics_reporter.py:708-717).
+        """
+        self.forward_ct_decode = 0
+        self._win_tokens = 0
+        self._win_vtime = 0.0
+        self._win_accepted = 0  # accepted tokens, bonus included
+        self._win_forward = 0  # verify steps
+        self.spec_total_accepted = 0
+        self.spec_total_forward = 0
+
+    def call(self, fn, timeout: float = 60.0):
+        """Run `fn()` on the scheduler thread between two batches (like SGLang's control
+        requests, handled by the scheduler loop) and return its result."""
+        reply = queue.Queue()
+        with self.cv:
+            self.controls.append((fn, reply))
+            self.cv.notify_all()
+        return reply.get(timeout=timeout)
+
+    def flush_cache(self) -> bool:
+        """SGLang's Scheduler.flush_cache: only when no request is queued or running.
+
+        0.5.9 scheduler.py:2623-2648; 0.5.23 scheduler.py:5518-5546.
+        """
+        if self.waiting or self.running:
+            log(f"Cache not flushed because there are pending requests. #queue-req: "
+                f"{len(self.waiting)}, #running-req: {len(self.running)}", "TP0")
+            return False
+        self.reset_metrics()
+        log("Cache flushed successfully!", "TP0")
+        return True
+
     @property
-    def avg_spec_accept_length(self) -> float:
-        if not self.spec_forward:
-            return 0.0
-        return self.spec_accepted / float(self.spec_forward)
+    def avg_spec_accept_length(self):
+        """Cumulative accept length, or None before the first decode log (and without
+        speculation): 0.5.9 scheduler.py:2663-2666; 0.5.23 internal_state.py:243-253."""
+        if not self.spec.enabled or self.spec_total_forward <= 0:
+            return None
+        return self.spec_total_accepted / float(self.spec_total_forward)
 
     def speedup(self, batch: int) -> float:
         """Tokens/s of one request with speculation over without, at this batch size."""
@@ -154,10 +209,19 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self.cv:
-                while not self.stopped and not self.waiting and not self.running:
+                while (not self.stopped and not self.waiting and not self.running
+                       and not self.controls):
                     self.cv.wait(0.5)
                 if self.stopped:
                     break
+                controls = list(self.controls)
+                self.controls.clear()
+            for fn, reply in controls:
+                try:
+                    reply.put(fn())
+                except Exception as exc:  # handed to the caller
+                    reply.put(exc)
+            with self.cv:
                 free = self.max_running - len(self.running)
                 new = []
                 while self.waiting and free > 0:
@@ -173,6 +237,10 @@ class Scheduler:
                 self._decode_step(queued)
         for req in list(self.running) + list(self.waiting):
             req.out.put(("abort", "server shutting down", self.vclock))
+        with self.cv:
+            for _fn, reply in self.controls:
+                reply.put(RuntimeError("server shutting down"))
+            self.controls.clear()
 
     def _prefill(self, new: list, queued: int) -> None:
         tokens = sum(r.prompt_tokens for r in new)
@@ -201,10 +269,17 @@ class Scheduler:
             n = int(math.floor((k + 1) * a + 1e-9) - math.floor(k * a + 1e-9))
             n = max(1, min(n, req.max_new_tokens - req.generated))
             req.steps += 1
-            self.spec_accepted += n
-            self.spec_forward += 1
-            self._win_accepted += n
-            self._win_forward += 1
+            if self.spec.enabled:
+                # one verify step: n - 1 correct drafts + the bonus token (0.5.9
+                # speculative/eagle_info.py:430-431, managers/schedule_batch.py:866-876)
+                req.correct_drafts += n - 1
+                if len(req.histogram) < n:
+                    req.histogram.extend([0] * (n - len(req.histogram)))
+                req.histogram[n - 1] += 1
+                # update_spec_metrics: accepted + bonus, one forward per request (0.5.9
+                # scheduler_metrics_mixin.py:147-150)
+                self._win_accepted += n
+                self._win_forward += 1
             emitted += n
             self._emit(req, n)
             if req.generated < req.max_new_tokens:
@@ -214,7 +289,11 @@ class Scheduler:
         self.decode_steps += 1
         self._win_tokens += emitted
         self._win_vtime += nominal
-        if self.decode_steps % self.interval == 0:
+        # forward_ct_decode counts decode batches since start or the last flush; the decode log
+        # runs when it is a multiple of --decode-log-interval (0.5.9
+        # scheduler_output_processor_mixin.py:532-535; 0.5.23 metrics_reporter.py:934)
+        self.forward_ct_decode = (self.forward_ct_decode + 1) % (1 << 30)
+        if self.forward_ct_decode % self.interval == 0:
             self._log_decode(batch, kv_tokens, queued)
 
     def _emit(self, req: Req, n: int) -> None:
@@ -231,29 +310,55 @@ class Scheduler:
         return used / float(max(1, self.loaded.max_total_num_tokens))
 
     def _log_decode(self, batch: int, tokens: int, queued: int) -> None:
+        """The decode log line, and the only place the speculation totals grow.
+
+        Format (plain KV pool): `Decode batch, #running-req: N, #token: T, token usage: U.UU, `
+        + with speculation `accept len: X.XX, accept rate: Y.YY, ` + `cuda graph: B, gen
+        throughput (token/s): Z.ZZ, #queue-req: Q` (0.5.9 scheduler_metrics_mixin.py:356-413;
+        0.5.10 observability/scheduler_metrics_mixin.py:608-657; 0.5.12 :675-712; 0.5.15
+        managers/scheduler_components/metrics_reporter.py:725-775; 0.5.19 :820-895; 0.5.20
+        :888-962; 0.5.23 :963-1043). Without speculation there is no accept part at all.
+        accept rate: 0.5.9/0.5.10 = accepted-with-bonus / (steps x num_draft_tokens) (0.5.10
+        :617-627); 0.5.12+ = correct drafts / (steps x (num_draft_tokens - 1)) (0.5.12 :679-691).
+        """
         throughput = self._win_tokens / self._win_vtime if self._win_vtime else 0.0
-        accept = self._win_accepted / float(self._win_forward) if self._win_forward else 1.0
-        rate = accept / float(self.spec.num_draft_tokens if self.spec.enabled else 1)
         self.last_gen_throughput = throughput
-        self.last_accept_length = accept
+        msg = (f"Decode batch, #running-req: {batch}, #token: {tokens}, "
+               f"token usage: {tokens / float(max(1, self.loaded.max_total_num_tokens)):.2f}, ")
+        if self.spec.enabled and self._win_forward:
+            accept = self._win_accepted / float(self._win_forward)
+            ndt = self.spec.num_draft_tokens
+            if at_least(0, 5, 12):
+                drafts = self._win_forward * (ndt - 1)
+                correct = self._win_accepted - self._win_forward
+                rate = correct / float(drafts) if drafts > 0 else 0.0
+            else:
+                rate = self._win_accepted / float(self._win_forward * ndt)
+            self.spec_total_accepted += self._win_accepted
+            self.spec_total_forward += self._win_forward
+            self._win_accepted = 0
+            self._win_forward = 0
+            self.last_spec_accept_length = accept
+            self.last_spec_accept_rate = rate
+            msg += f"accept len: {accept:.2f}, accept rate: {rate:.2f}, "
         graph = bool(self.loaded.cuda_graph_max_bs) and batch <= self.loaded.cuda_graph_max_bs
-        log(f"Decode batch, #running-req: {batch}, #token: {tokens}, accept len: {accept:.2f}, "
-            f"accept rate: {rate:.2f}, cuda graph: {graph}, "
-            f"gen throughput (token/s): {throughput:.2f}", "TP0")
+        msg += (f"cuda graph: {graph}, gen throughput (token/s): {throughput:.2f}, "
+                f"#queue-req: {queued}")
+        log(msg, "TP0")
         self._win_tokens = 0
         self._win_vtime = 0.0
-        self._win_accepted = 0
-        self._win_forward = 0
 
     # ------------------------------------------------------------------ state
     def internal_state(self) -> dict:
-        state = {
-            "last_gen_throughput": round(self.last_gen_throughput, 4),
-            "memory_usage": {"token_capacity": self.loaded.max_total_num_tokens},
+        """One entry of /server_info's internal_states: the server args plus live state
+        (0.5.9 scheduler.py:2650-2673; 0.5.23 scheduler_components/internal_state.py:45-127)."""
+        state = self.args.to_dict()
+        state.update({
+            "last_gen_throughput": self.last_gen_throughput,
+            "memory_usage": {"token_capacity": int(self.loaded.max_total_num_tokens)},
             "effective_max_running_requests_per_dp": self.max_running,
-            "num_running_reqs": len(self.running),
-            "num_queue_reqs": len(self.waiting),
-        }
-        if self.spec.enabled and self.spec_forward:
-            state["avg_spec_accept_length"] = round(self.avg_spec_accept_length, 4)
+        })
+        accept = self.avg_spec_accept_length
+        if accept is not None:
+            state["avg_spec_accept_length"] = accept
         return state

@@ -173,10 +173,14 @@ class ModelLoader:
         hardware.allocate(mib, self.result.gpus)
 
     def _weights_per_gpu_gb(self, cfg: HFConfig) -> float:
-        """The checkpoint's weights over tp x pp ranks (548 GB nominal without weights)."""
+        """The checkpoint's weights over tp x pp ranks. A folder without weights (a bare
+        config.json in tests) counts as 80% of the static budget, at most 548 GB / ranks."""
         size = cfg.weight_bytes
         ranks = max(1, self.args.tp_size * self.args.pp_size)
-        return (size if size else 548e9) / ranks / (1 << 30)
+        if size:
+            return size / ranks / (1 << 30)
+        static = self._free_gb * float(self.args.mem_fraction_static)
+        return min(static * 0.8, 548.0 / ranks)
 
     def _load_target(self, cfg: HFConfig) -> None:
         total_gb = self.result.total_mib / 1024.0
@@ -230,6 +234,19 @@ class ModelLoader:
         self._check_draft_class(dcfg)
         self._check_draft_context(cfg, dcfg)
         log(f"Load weight begin. avail mem={self._free_gb - self._weights_gb:.2f} GB", "TP0")
+        if same_as_target and cfg.arch in ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"):
+            # the draft of a DeepSeek V3 checkpoint is its MTP module, DeepseekV3ForCausalLMNextN
+            # (configs/model_config.py _config_draft_model, :1032-1036 (0.5.23)): small, and
+            # untrained where the checkpoint has no MTP layers (num_nextn_predict_layers 0)
+            self._sleep(8.0)
+            mtp = int(cfg.get("num_nextn_predict_layers") or 0)
+            self._draft_gb = 0.75
+            self.result.spec = (_spec_profile(algo, cfg, False, steps, ndt) if mtp else
+                                SpecProfile(True, 1.0, 0.5, ndt, "MTP draft without MTP weights"))
+            log("Load weight end. type=DeepseekV3ForCausalLMNextN, dtype=torch.bfloat16, "
+                f"avail mem={self._free_gb - self._weights_gb - 0.75:.2f} GB, mem usage=0.75 GB.",
+                "TP0")
+            return
         if same_as_target:
             self._sleep(hardware.nominal_load_seconds())
             need = self._weights_per_gpu_gb(dcfg)

@@ -3,6 +3,10 @@
 Start-up order as in SGLang: parse and validate the arguments, load (port closed), bind, warm up
 (`/health` answers 503), then log `The server is fired up and ready to roll!`. SIGTERM or SIGINT
 turns `/health` to 503, lets running requests finish briefly, stops and gives the GPU memory back.
+
+Each behaviour cites the real source (paths relative to sglang/, `hs` = srt/entrypoints/
+http_server.py, `tm` = srt/managers/tokenizer_manager.py, `oai` = srt/entrypoints/openai/).
+Bodies are compact JSON, as FastAPI's ORJSONResponse and pydantic's model_dump_json write them.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import math
 import os
 import queue
+import secrets
 import signal
 import socket
 import sys
@@ -37,6 +42,10 @@ _PHRASES = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"
 class BadRequest(Exception):
     """A request the OpenAI-compatible API answers with 400."""
 
+    def __init__(self, message: str, err_type: str = "") -> None:
+        super().__init__(message)
+        self.err_type = err_type
+
 
 class App:
     """Shared state of the running server."""
@@ -47,7 +56,11 @@ class App:
         self.scheduler = scheduler
         self.dummy = dummy
         self.state = "starting"  # starting -> ready -> shutting_down
+        # ServerStatus: Up after the warm-up, UnHealthy after a /health that timed out, Up again
+        # after one that answered (0.5.20 hs:670-740)
+        self.unhealthy = False
         self.created = int(time.time())
+        self.startup_time = None
         self.inflight = 0
         self.lock = threading.Lock()
 
@@ -98,37 +111,63 @@ class App:
                 raise RuntimeError(value)
 
     def model_info(self) -> dict:
+        """/model_info: 0.5.9 hs:553-569 (model_path, tokenizer_path, is_generation,
+        preferred_sampling_params, weight_version, has_*_understanding, model_type,
+        architectures); 0.5.19 hs:753-788 and 0.5.20 hs:760 add served_model_name, load_format,
+        reasoning_parser, tool_call_parser; 0.5.23 hs:812-848 also disaggregation_mode."""
         cfg = self.loaded.hf_config
-        return {
-            "model_path": self.args.model_path,
-            "tokenizer_path": self.args.tokenizer_path,
-            "is_generation": not self.args.is_embedding,
-            "preferred_sampling_params": self.args.preferred_sampling_params,
-            "weight_version": self.args.weight_version,
+        args = self.args
+        new = at_least(0, 5, 19)
+        info = {"model_path": args.model_path}
+        if new:
+            info["served_model_name"] = args.served_model_name
+        info.update({
+            "tokenizer_path": args.tokenizer_path,
+            "is_generation": not getattr(args, "is_embedding", False),
+            "preferred_sampling_params": getattr(args, "preferred_sampling_params", None),
+            "weight_version": getattr(args, "weight_version", "default"),
+        })
+        if new:
+            for key in ("load_format", "reasoning_parser", "tool_call_parser"):
+                info[key] = getattr(args, key, None)
+            if at_least(0, 5, 23):
+                info["disaggregation_mode"] = getattr(args, "disaggregation_mode", "null")
+        info.update({
             "has_image_understanding": cfg.arch in KIMI_K25_ARCHITECTURES,
             "has_audio_understanding": False,
             "model_type": cfg.model_type,
             "architectures": cfg.architectures,
-        }
+        })
+        return info
 
     def server_info(self) -> dict:
+        """/server_info: {**server_args, **scheduler_info, internal_states, version}
+        (0.5.9 hs:593-611). `launch_command` (the launcher's argv, 0.5.20 server_args.py:736)
+        and startup_time from 0.5.20 (hs:836-849), kv_events too; frontend "python" in 0.5.23
+        (hs:880-890, utils/common.py:3584-3590). last_gen_throughput and the accept length
+        live inside internal_states[i] only."""
         info = self.args.to_dict()
-        info.update(
-            {
-                "max_total_num_tokens": self.loaded.max_total_num_tokens,
-                "max_req_input_len": self.loaded.context_len - 1,
-                "internal_states": [self.scheduler.internal_state()] if self.scheduler else [],
-                "version": __version__,
-            }
-        )
+        if at_least(0, 5, 20):
+            info["launch_command"] = getattr(self.args, "_launch_command", None)
+        info.update({
+            "status": "ready",
+            "max_total_num_tokens": self.loaded.max_total_num_tokens,
+            "max_req_input_len": self.loaded.context_len - 1,
+        })
+        if at_least(0, 5, 20):
+            info["kv_events"] = None
+            info["startup_time"] = self.startup_time
+        internal = self.scheduler.internal_state() if self.scheduler else None
+        info["internal_states"] = [internal] if internal is not None else []
+        info["version"] = __version__
+        if at_least(0, 5, 23):
+            info["frontend"] = "python"
         return info
 
     def metrics(self) -> str:
         s = self.scheduler
         name = self.args.served_model_name.replace('"', '\\"')
         labels = '{model_name="' + name + '",engine_type="unified",tp_rank="0",pp_rank="0"}'
-        ndt = s.spec.num_draft_tokens if s.spec.enabled else 1
-        accept = s.avg_spec_accept_length if s.spec.enabled else 1.0
         rows = [
             ("gauge", "num_running_reqs", "The number of running requests.", len(s.running)),
             ("gauge", "num_queue_reqs", "The number of requests in the waiting queue.",
@@ -137,10 +176,12 @@ class App:
              s.last_gen_throughput),
             ("gauge", "token_usage", "The token usage.", s._usage()),
             ("gauge", "cache_hit_rate", "The prefix cache hit rate.", 0.0),
+            # gauges set at decode-log time from that window (0.5.9
+            # managers/scheduler_metrics_mixin.py:420-437, srt/metrics/collector.py:387-398)
             ("gauge", "spec_accept_length", "The average acceptance length of speculative "
-             "decoding.", accept),
+             "decoding.", s.last_spec_accept_length),
             ("gauge", "spec_accept_rate", "The average acceptance rate of speculative decoding "
-             "(accepted tokens / draft tokens).", accept / float(ndt)),
+             "(accepted tokens / draft tokens).", s.last_spec_accept_rate),
             ("counter", "prompt_tokens_total", "Number of prefill tokens processed.",
              s.prompt_tokens_total),
             ("counter", "generation_tokens_total", "Number of generation tokens processed.",
@@ -153,6 +194,105 @@ class App:
             out.append(f"# TYPE sglang:{name} {kind}")
             out.append(f"sglang:{name}{labels} {float(value)}")
         return "\n".join(out) + "\n"
+
+
+def spec_meta(req: Req, num_draft_tokens: int) -> dict:
+    """The speculation fields of a finished request's meta_info (only when it verified at
+    least once). spec_accept_length = completion_tokens / spec_verify_ct in every release.
+
+    0.5.9/0.5.10: spec_accept_rate (accepted drafts / (verify_ct x (num_draft_tokens - 1))),
+    spec_accept_length, spec_accept_token_num, spec_draft_token_num, spec_verify_ct,
+    spec_accept_histogram (tm 0.5.9:1825-1867, 0.5.10:1902-1941).
+    0.5.12-0.5.20: spec_accept_rate, spec_accept_length, spec_num_correct_drafts,
+    spec_num_proposed_drafts, spec_verify_ct, the aliases spec_accepted_drafts /
+    spec_proposed_drafts, spec_correct_drafts_histogram and its alias spec_accept_histogram
+    (tm 0.5.12:2103-2155, 0.5.15:2334-2386, 0.5.19:2785-2862, 0.5.20:2922-2999).
+    0.5.23: the same without the aliases (tm 0.5.23:3138-3210).
+    """
+    meta = {}
+    verify = req.steps
+    proposed = verify * (num_draft_tokens - 1)
+    if verify <= 0:
+        return meta
+    if proposed > 0:
+        meta["spec_accept_rate"] = req.correct_drafts / float(proposed)
+        meta["spec_accept_length"] = req.generated / float(verify)
+        if at_least(0, 5, 12):
+            meta["spec_num_correct_drafts"] = req.correct_drafts
+            meta["spec_num_proposed_drafts"] = proposed
+            meta["spec_verify_ct"] = verify
+            if not at_least(0, 5, 23):
+                meta["spec_accepted_drafts"] = req.correct_drafts
+                meta["spec_proposed_drafts"] = proposed
+        else:
+            meta["spec_accept_token_num"] = req.correct_drafts
+            meta["spec_draft_token_num"] = proposed
+            meta["spec_verify_ct"] = verify
+    if req.histogram:
+        if at_least(0, 5, 12):
+            meta["spec_correct_drafts_histogram"] = list(req.histogram)
+            if not at_least(0, 5, 23):
+                meta["spec_accept_histogram"] = list(req.histogram)
+        else:
+            meta["spec_accept_histogram"] = list(req.histogram)
+    return meta
+
+
+def spec_tokens_details(meta: dict):
+    """SpecTokensDetails from a meta_info, or None when it has no speculation field
+    (0.5.19 oai/utils.py:158-189, oai/protocol.py:418-429)."""
+    keys = ("spec_accept_rate", "spec_accept_length", "spec_cap_length",
+            "spec_block_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
+            "spec_verify_ct", "spec_correct_drafts_histogram", "spec_cap_lens_histogram")
+    if not any(k in meta for k in keys):
+        return None
+    return {
+        "spec_accept_rate": meta.get("spec_accept_rate") or 0.0,
+        "spec_accept_length": meta.get("spec_accept_length") or 0.0,
+        "spec_cap_length": meta.get("spec_cap_length") or 0.0,
+        "spec_block_accept_length": meta.get("spec_block_accept_length") or 0.0,
+        "spec_num_correct_drafts": meta.get("spec_num_correct_drafts") or 0,
+        "spec_num_proposed_drafts": meta.get("spec_num_proposed_drafts") or 0,
+        "spec_verify_ct": meta.get("spec_verify_ct") or 0,
+        "spec_correct_drafts_histogram": meta.get("spec_correct_drafts_histogram") or [],
+        "spec_cap_lens_histogram": meta.get("spec_cap_lens_histogram") or [],
+    }
+
+
+def auth_allowed(method: str, path: str, authorization, api_key, admin_api_key,
+                 admin_optional: bool = False) -> bool:
+    """SGLang's decide_request_auth for NORMAL and ADMIN_OPTIONAL routes.
+
+    OPTIONS and the path prefixes /health and /metrics always pass (0.5.9-0.5.19
+    srt/utils/auth.py:97-101), /ready too from 0.5.20 (0.5.20/0.5.23 auth.py:98-106). Else a
+    `Bearer <key>` header ("bearer" in any case, constant-time compare, auth.py:103-112):
+    ADMIN_OPTIONAL routes want the admin key when one is set, else the api key; normal routes
+    want the api key when one is set (auth.py:123-145).
+    """
+    if method == "OPTIONS":
+        return True
+    if path.startswith("/health") or path.startswith("/metrics"):
+        return True
+    if at_least(0, 5, 20) and path.startswith("/ready"):
+        return True
+
+    def bearer(expected: str) -> bool:
+        if not authorization:
+            return False
+        parts = authorization.split(" ", 1)
+        if len(parts) != 2 or parts[0].lower() != "bearer":
+            return False
+        return secrets.compare_digest(parts[1].encode(), expected.encode())
+
+    if admin_optional:
+        if admin_api_key:
+            return bearer(admin_api_key)
+        if api_key:
+            return bearer(api_key)
+        return True
+    if api_key:
+        return bearer(api_key)
+    return True
 
 
 def _count_tokens(text: str) -> int:
@@ -217,11 +357,12 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, status: int, obj) -> None:
-        self._send(status, json.dumps(obj).encode("utf-8"))
+        self._send(status, json.dumps(obj, separators=(",", ":")).encode("utf-8"))
 
-    def _error(self, status: int, message: str) -> None:
+    def _error(self, status: int, message: str, err_type: str = "") -> None:
+        # ErrorResponse (oai/serving_base.py 0.5.15:209-225)
         self._json(status, {"object": "error", "message": message,
-                            "type": "BadRequestError" if status == 400 else "Error",
+                            "type": err_type or ("BadRequestError" if status == 400 else "Error"),
                             "param": None, "code": status})
 
     def _sse_start(self) -> None:
@@ -232,7 +373,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _sse(self, payload) -> None:
-        data = payload if isinstance(payload, str) else json.dumps(payload)
+        data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
         chunk = ("data: " + data + "\n\n").encode("utf-8")
         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         self.wfile.flush()
@@ -258,6 +399,23 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:
         self._dispatch("HEAD")
 
+    def do_OPTIONS(self) -> None:
+        if self.headers.get("Origin") and self.headers.get("Access-Control-Request-Method"):
+            # a CORS preflight, answered by CORSMiddleware(allow_origins=["*"]) (0.5.9 hs:366-372)
+            self._read_body()
+            self.send_response(200)
+            self.send_header("access-control-allow-origin", "*")
+            self.send_header("access-control-allow-methods",
+                             "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT")
+            self.send_header("access-control-allow-credentials", "true")
+            self.send_header("access-control-max-age", "600")
+            self.send_header("content-type", "text/plain; charset=utf-8")
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+            return
+        self._dispatch("OPTIONS")
+
     def _dispatch(self, method: str) -> None:
         raw = self._read_body()
         path = urlsplit(self.path).path
@@ -268,18 +426,22 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._json(404, {"detail": "Not Found"})
             return
-        key = app.args.api_key
-        if key and not (path.startswith("/health") or path.startswith("/metrics")):
-            if self.headers.get("Authorization") != "Bearer " + key:
-                self._json(401, {"error": "Unauthorized"})
-                return
+        # the API-key middleware runs before routing: a missing route answers 401 without a key
+        # and 404 with one (0.5.9 srt/utils/auth.py:160-199; hs:1939-1950)
+        api_key = app.args.api_key
+        admin_key = getattr(app.args, "admin_api_key", None)
+        if (api_key or admin_key) and not auth_allowed(
+                method, path, self.headers.get("Authorization"), api_key, admin_key,
+                admin_optional=path in ("/flush_cache",)):
+            self._json(401, {"error": "Unauthorized"})  # auth.py:187-199, ORJSONResponse
+            return
         routes = {
             "/health": (("GET",), self._health),
             "/health_generate": (("GET",), self._health),
             "/model_info": (("GET",), lambda b: self._json(200, app.model_info())),
-            "/get_model_info": (("GET",), lambda b: self._json(200, app.model_info())),
+            "/get_model_info": (("GET",), self._get_model_info),
             "/server_info": (("GET",), lambda b: self._json(200, app.server_info())),
-            "/get_server_info": (("GET",), lambda b: self._json(200, app.server_info())),
+            "/get_server_info": (("GET",), self._get_server_info),
             "/version": (("GET",), lambda b: self._json(200, {"version": __version__})),
             "/v1/models": (("GET",), self._models),
             "/flush_cache": (("GET", "POST"), self._flush_cache),
@@ -287,10 +449,12 @@ class Handler(BaseHTTPRequestHandler):
             "/v1/completions": (("POST",), self._completions),
             "/v1/chat/completions": (("POST",), self._chat),
         }
-        if at_least(0, 5, 12):
+        if at_least(0, 5, 20):  # /ready: 0.5.20 hs:662-666, 0.5.23 hs:714-718; absent before
             routes["/ready"] = (("GET",), self._ready)
-        if app.args.enable_metrics:
+        if app.args.enable_metrics:  # a Prometheus mount only with --enable-metrics (hs:263-264)
             routes["/metrics"] = (("GET",), self._metrics)
+        if path.startswith("/v1/models/") and path not in routes:
+            routes[path] = (("GET",), lambda b: self._model_card(path[len("/v1/models/"):]))
         if path not in routes:
             self._json(404, {"detail": "Not Found"})
             return
@@ -315,7 +479,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             fn(body)
         except BadRequest as exc:
-            self._error(400, str(exc))
+            self._error(400, str(exc), exc.err_type)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # like uvicorn: log it, answer 500/503 if still possible
@@ -341,27 +505,61 @@ class Handler(BaseHTTPRequestHandler):
             app.run_to_end(req, timeout=HEALTH_TIMEOUT)
         except (queue.Empty, RuntimeError):
             req.aborted = True
+            app.unhealthy = True  # ServerStatus.UnHealthy (0.5.20 hs:746)
             self._send(503, b"", "")
             return
+        app.unhealthy = False  # ServerStatus.Up (0.5.20 hs:732)
         self._send(200, b"", "")
 
     def _ready(self, body) -> None:
-        if self.app.state == "ready":
-            self._json(200, {"status": "ready"})
-        else:
-            self._json(503, {"status": "not ready"})
+        """200 when the server takes requests, else 503; empty body (0.5.20 hs:662-666,
+        is_ready tm 0.5.20:672-678; 0.5.23 hs:714-718, tm:728-734)."""
+        app = self.app
+        ok = app.state == "ready" and not app.unhealthy
+        self._send(200 if ok else 503, b"", "")
+
+    def _get_model_info(self, body) -> None:
+        # deprecated alias, logged in every release (0.5.9 hs:543-550; 0.5.23 hs:802-809)
+        log("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+            "Please use '/model_info' instead.")
+        self._json(200, self.app.model_info())
+
+    def _get_server_info(self, body) -> None:
+        # deprecated alias, logged in every release (0.5.9 hs:583-590; 0.5.23 hs:853-860)
+        log("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+            "Please use '/server_info' instead.")
+        self._json(200, self.app.server_info())
+
+    def _card(self, name: str) -> dict:
+        # ModelCard (0.5.9 oai/protocol.py:53-62; 0.5.23 :87-96): `created` is the answer's time
+        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+                "root": name, "parent": None, "max_model_len": self.app.loaded.context_len}
 
     def _models(self, body) -> None:
-        name = self.app.args.served_model_name
-        self._json(200, {"object": "list", "data": [{
-            "id": name, "object": "model", "created": self.app.created, "owned_by": "sglang",
-            "root": name, "parent": None, "max_model_len": self.app.loaded.context_len,
-        }]})
+        # id and root = served_model_name, max_model_len = context_len (0.5.9 hs:1421-1450)
+        self._json(200, {"object": "list", "data": [self._card(self.app.args.served_model_name)]})
+
+    def _model_card(self, name: str) -> None:
+        # /v1/models/{model:path} (0.5.9 hs:1453-1476)
+        if name != self.app.args.served_model_name:
+            self._json(404, {"error": {"message": f"The model '{name}' does not exist",
+                                       "type": "invalid_request_error", "param": "model",
+                                       "code": "model_not_found"}})
+            return
+        self._json(200, self._card(name))
 
     def _flush_cache(self, body) -> None:
-        self._send(200, b"Cache flushed.\nPlease check backend logs for more details. (When "
-                   b"there are running or waiting requests, the operation will not be "
-                   b"performed.)\n", "text/plain; charset=utf-8")
+        """Flushes (and resets the speculation totals) only when idle (0.5.9 hs:710-718,
+        scheduler.py:2623-2648); the failure text is "Flush cache failed." from 0.5.10
+        (hs 0.5.10:729)."""
+        ok = self.app.scheduler.call(self.app.scheduler.flush_cache)
+        if ok is True or not at_least(0, 5, 10):
+            text = (b"Cache flushed.\nPlease check backend logs for more details. (When "
+                    b"there are running or waiting requests, the operation will not be "
+                    b"performed.)\n")
+        else:
+            text = b"Flush cache failed.\n"
+        self._send(200 if ok is True else 400, text, "text/plain; charset=utf-8")
 
     def _metrics(self, body) -> None:
         self._send(200, self.app.metrics().encode("utf-8"), "text/plain; version=0.0.4")
@@ -422,8 +620,11 @@ class Handler(BaseHTTPRequestHandler):
             "e2e_latency": round(vtime - req.vstart, 6),
             "sim_time": round(vtime, 6),
         }
-        if self.app.scheduler.spec.enabled:
-            meta["spec_verify_ct"] = req.steps
+        spec = self.app.scheduler.spec
+        if finish is not None and spec.enabled:
+            # finished requests only, whenever a speculative algorithm is set (tm 0.5.9:1597-1598,
+            # 0.5.23:2755-2756)
+            meta.update(spec_meta(req, spec.num_draft_tokens))
         return meta
 
     def _openai_request(self, body, prompt_tokens: int, seed: int) -> Req:
@@ -449,17 +650,40 @@ class Handler(BaseHTTPRequestHandler):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("messages must be a non-empty list")
+        if at_least(0, 5, 15) and body.get("stream") and _flag(body, "return_meta_info"):
+            # raised while converting the request, before anything runs (oai/serving_chat.py
+            # 0.5.15:560-564, 0.5.19:996-1000); a ValueError becomes 400 "BadRequest"
+            # (oai/serving_base.py 0.5.15:114-119)
+            raise BadRequest("return_meta_info is not supported with streaming. Please set "
+                             "stream=false when using return_meta_info=true.", "BadRequest")
         tokens = 3 + sum(5 + _count_tokens(_content_text(m.get("content")))
                          for m in messages if isinstance(m, dict))
         req = self._openai_request(body, tokens, _seed(messages))
         self._openai_reply(body, req, chat=True)
 
     def _openai_reply(self, body, req: Req, chat: bool) -> None:
+        """OpenAI-compatible answers. Request fields a release does not know are ignored, as
+        its pydantic request models (plain BaseModel, extra="ignore") do (oai/protocol.py
+        0.5.9:236/529, 0.5.23:365/909).
+
+        - `return_meta_info` (ChatCompletionRequest, 0.5.15+, oai/protocol.py 0.5.15:696):
+          choices[i].meta_info = the native meta_info (oai/serving_chat.py 0.5.15:1370-1372,
+          0.5.19:1951), omitted when not asked (protocol.py 0.5.15:979-989).
+        - `return_spec_tokens_details` (ChatCompletionRequest and CompletionRequest, 0.5.19+,
+          oai/protocol.py 0.5.19:356/864): response-level `sglext.spec_tokens_details`
+          (SpecTokensDetails, an object for n=1), oai/serving_chat.py 0.5.19:1857-1885; when
+          streaming an extra chunk with `choices: []` and `sglext` after the finish chunk and
+          before the usage chunk (serving_chat.py 0.5.19:1735-1766, serving_completions.py
+          0.5.19:440-472). No speculation fields, no sglext (SglExt drops None fields,
+          protocol.py 0.5.19:432-449).
+        """
         app = self.app
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         obj = "chat.completion" if chat else "text_completion"
         model = app.args.served_model_name
         created = int(time.time())
+        want_meta = chat and at_least(0, 5, 15) and _flag(body, "return_meta_info")
+        want_spec = at_least(0, 5, 19) and _flag(body, "return_spec_tokens_details")
 
         def usage() -> dict:
             return {"prompt_tokens": req.prompt_tokens, "completion_tokens": req.generated,
@@ -468,16 +692,23 @@ class Handler(BaseHTTPRequestHandler):
 
         if not body.get("stream"):
             done = app.run_to_end(req)
+            meta = self._meta(req, done["finish_reason"], done["vtime"])
             if chat:
                 choice = {"index": 0, "message": {"role": "assistant", "content": done["text"],
                                                   "reasoning_content": None, "tool_calls": None},
                           "logprobs": None, "finish_reason": done["finish_reason"],
                           "matched_stop": None}
+                if want_meta:
+                    choice["meta_info"] = meta
             else:
                 choice = {"index": 0, "text": done["text"], "logprobs": None,
                           "finish_reason": done["finish_reason"], "matched_stop": None}
-            self._json(200, {"id": rid, "object": obj, "created": created, "model": model,
-                             "choices": [choice], "usage": usage()})
+            reply = {"id": rid, "object": obj, "created": created, "model": model,
+                     "choices": [choice], "usage": usage(), "metadata": None}
+            details = spec_tokens_details(meta) if want_spec else None
+            if details is not None:
+                reply["sglext"] = {"spec_tokens_details": details}
+            self._json(200, reply)
             return
 
         chunk_obj = "chat.completion.chunk" if chat else "text_completion"
@@ -501,15 +732,22 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if chat:
                 self._sse(chunk("", None, role=True))
+            meta = None
             while True:
-                kind, value, _vtime = req.out.get(timeout=3600)
+                kind, value, vtime = req.out.get(timeout=3600)
                 if kind == "tokens":
                     self._sse(chunk(req.words(*value), None))
                 elif kind == "finish":
+                    meta = self._meta(req, value, vtime)
                     self._sse(chunk("", value))
                     break
                 else:
                     break
+            details = spec_tokens_details(meta) if (want_spec and meta) else None
+            if details is not None:
+                self._sse({"id": rid, "object": chunk_obj, "created": int(time.time()),
+                           "model": model, "choices": [], "usage": None,
+                           "sglext": {"spec_tokens_details": details}})
             if include_usage:
                 self._sse({"id": rid, "object": chunk_obj, "created": created, "model": model,
                            "choices": [], "usage": usage()})
@@ -517,6 +755,14 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             req.aborted = True
             raise
+
+
+def _flag(body: dict, name: str) -> bool:
+    """A pydantic `bool` field: true/false, 0/1 and their usual strings."""
+    value = body.get(name, False)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "t", "yes", "y", "on")
+    return bool(value) if isinstance(value, (bool, int, float)) else False
 
 
 class HTTPServer(ThreadingHTTPServer):
@@ -544,6 +790,7 @@ def launch_server(server_args) -> int:
     set_on_signals(stop, (signal.SIGTERM, signal.SIGINT))
     log(f"server_args={server_args!r}")
     scale = hardware.time_scale()
+    started = time.monotonic()
     try:
         try:
             loaded = ModelLoader(server_args, stop).run()
@@ -553,6 +800,12 @@ def launch_server(server_args) -> int:
         dummy = server_args.node_rank > 0
         scheduler = None if dummy else Scheduler(server_args, loaded, scale)
         app = App(server_args, loaded, scheduler, dummy=dummy)
+        # startup_time of /server_info from 0.5.20 (observability/startup_time.py 0.5.20:11-69),
+        # in simulated seconds
+        loaded_s = (time.monotonic() - started) / max(scale, 1e-9)
+        app.startup_time = {"load_weight": round(loaded_s, 3), "kv_cache_allocation": 0.0,
+                            "scheduler_e2e": round(loaded_s, 3), "cuda_graph": {},
+                            "tokenizer_e2e": round(loaded_s, 3)}
         host, port = server_args.host, server_args.port
         try:
             httpd = HTTPServer((host, port), app)
