@@ -43,12 +43,15 @@ def check(argv):
         return {"available": False, "kind": type(exc).__name__, "message": str(exc)[:500]}
     captured = io.StringIO()
     try:
-        with contextlib.redirect_stderr(captured):
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
             server_args = prepare_server_args(list(argv))
     except SystemExit as exc:  # argparse: usage + "error: ..." on stderr, exit 2
         lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
+        message = "\n".join(lines[-3:])
+        if exc.code in (0, None):  # -h/--help: usage printed, exit 0, nothing started
+            message = "SGLang printed its usage and exited (code 0): -h/--help is an argument"
         return {"available": True, "ok": False, "kind": "argparse", "code": exc.code,
-                "message": "\n".join(lines[-3:]), "seconds": time.monotonic() - started}
+                "message": message, "seconds": time.monotonic() - started}
     except BaseException as exc:  # noqa: BLE001 - ServerArgs raises anything
         text = str(exc) or traceback.format_exc().strip().splitlines()[-1]
         where = traceback.extract_tb(exc.__traceback__)[-1]

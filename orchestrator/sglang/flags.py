@@ -166,6 +166,10 @@ def from_release(data: dict[str, Any]) -> FlagSet:
             fs.choices[canon] = [str(c) for c in flag["choices"]]
         if flag.get("deprecated"):
             fs.deprecated[canon] = str(flag["deprecated"])
+    # argparse's own -h/--help (ArgumentParser(add_help=True), as prepare_server_args builds it)
+    fs.options.setdefault("-h", "--help")
+    fs.options.setdefault("--help", "--help")
+    fs.arity.setdefault("--help", "none")
     fs.removed = {k: str(v) for k, v in (data.get("removed") or {}).items()}
     fs.data_version = str(data["version"])
     return fs

@@ -190,13 +190,18 @@ def parse_options(args: list[str], flags: FlagSet, report: Report) -> dict[str, 
     while i < len(args):
         token = args[i]
         i += 1
-        if not token.startswith("--") or token == "--":
+        short = len(token) > 1 and token[0] == "-" and token[1].isalpha()  # -h
+        if not (token.startswith("--") or short) or token == "--":
             report.refuse("argparse.stray-value", "argparse",
                           f"unexpected argument {token!r}: every server argument must follow an "
                           "option (check extra_args)")
             continue
         name, eq, inline = token.partition("=")
         canon = _resolve(name, flags, report)
+        if canon == "--help":
+            report.refuse("argparse.help", "argparse",
+                          f"{name} makes launch_server print its usage and exit 0: the server "
+                          "would never start; remove it from extra_args")
         arity = flags.arity.get(canon or "", "unknown")
         if arity == "none" and eq:
             report.refuse("argparse.switch-value", "argparse",

@@ -137,6 +137,9 @@ def test_flags_the_release_lacks() -> None:
     assert deprecated.ok and any("deprecated" in w for w in deprecated.warnings)
     only(check(extra=["--kv-cache-dtype", "fp8"]), "--kv-cache-dtype fp8 is not accepted")
     only(check(extra=["--trust-remote-code=yes"]), "takes no value")
+    # argparse's own -h/--help: usage on stdout, exit 0, no server
+    only(check(extra=["-h"]), "-h makes launch_server print its usage and exit 0")
+    assert check(extra=["--help", "x"]).rules == ["argparse.help", "argparse.stray-value"]
 
 
 def test_native_check_is_reported_verbatim_with_our_fix() -> None:
