@@ -205,7 +205,7 @@ def parse_options(args: list[str], flags: FlagSet, report: Report) -> dict[str, 
         arity = flags.arity.get(canon or "", "unknown")
         if arity == "none" and eq:
             report.refuse("argparse.switch-value", "argparse",
-                          f"{name} takes no value (got {token!r})")
+                          f"{name} takes no value (got {token!r}): write {name} alone")
         values, i = _values(args, i, arity, inline if eq else None)
         if arity == "one" and not values:
             report.refuse("argparse.missing-value", "argparse", f"{name} needs a value")

@@ -83,7 +83,7 @@ def multinode_address(launch: Launch) -> Iterator[str]:
     if not isinstance(addr, str) or ":" not in addr:
         yield (f"nnodes {nnodes} needs --dist-init-addr NODE0_HOST:PORT (the same on every "
                "node); without it each node waits for the others on its own localhost until "
-               "the distributed timeout")
+               "the distributed timeout: add it to extra_args")
     rank = o.int("--node-rank") or 0
     if not 0 <= rank < nnodes:
         yield f"node_rank {rank} is outside 0..{nnodes - 1} for nnodes {nnodes}"
