@@ -26,9 +26,11 @@ model and drafter identity, API key hash) and answers /health 200 - or is still 
 closed / 503) for less than `restart_unhealthy_after`. Otherwise it says why: "not running",
 "running with a different launch fingerprint (changed: ...)", a stale process of someone else on
 the port (an error unless `stop_stale: true`). Before any launch - and in a dry run - the
-PREFLIGHT (orchestrator.sglang.preflight) checks the installed SGLang and compressed-tensors,
-the checkpoint and drafter configs, the GPUs and the release's own flag set, and refuses with
-every problem at once.
+PREFLIGHT (orchestrator.sglang.preflight) runs SGLang's own argument validation in the venv
+(remote/sglang_check.py, `native_check`, bounded by `check_timeout`; where SGLang and torch
+import), checks the launch against the installed release's generated flags and the rules read
+from the real source (both config.json files, the checkpoint's weight size, the GPUs), and
+refuses with every problem at once.
 
 apply: stops our previous server (SIGTERM to its process group, SIGKILL after `stop_timeout`),
 the stale one if `stop_stale`, then starts the supervisor (orchestrator.remote.server) with
