@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## create .venv and install orchestrator with its dev tools
 
-test: venv  ## run the test suite (soak tests excluded)
+test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first when it can
+	@bash scripts/test-prereqs.sh
 	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: venv  ## ruff

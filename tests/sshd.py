@@ -43,12 +43,22 @@ def sshd_binary() -> str | None:
     return shutil.which("sshd", path=SSHD_SEARCH)
 
 
+def openssh_missing() -> str | None:
+    """Why OpenSSH's programs are not here (sshd, ssh, ssh-keygen), or None."""
+    if not sshd_binary():
+        return ("OpenSSH server (sshd) is not installed: apt-get install openssh-server "
+                "(make test does it when run as root)")
+    for tool in ("ssh-keygen", "ssh"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed: apt-get install openssh-client"
+    return None
+
+
 def sshd_unavailable() -> str | None:
     """Why a real sshd cannot be started here, or None when it can."""
-    if not sshd_binary():
-        return "OpenSSH server (sshd) is not installed: apt-get install openssh-server"
-    if not shutil.which("ssh-keygen"):
-        return "ssh-keygen is not installed: apt-get install openssh-client"
+    missing = openssh_missing()
+    if missing:
+        return missing
     if os.geteuid() != 0:
         return "a real sshd needs root in these tests (CI runs them as root)"
     return None

@@ -42,6 +42,7 @@ from orchestrator.sim.hubrepos import EAGLE3_REPO, eagle3_config, kimi_files
 from orchestrator.transports import make_transport
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
+from tests.sshd import openssh_missing
 
 SCALE = 0.001
 _CONTROL = re.compile(r"[\x00-\x1f]")
@@ -237,6 +238,8 @@ class SimBox:
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimBox]:
+    if openssh_missing():
+        pytest.skip(openssh_missing())
     work = tmp_path_factory.mktemp("inj")
     fleet = SimFleet.up(work / "sim", hosts=1, time_scale=SCALE, sshd="openssh",
                         hypervisor=False, index=True, hub=True, load_seconds=300.0)

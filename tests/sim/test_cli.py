@@ -11,6 +11,7 @@ import yaml
 from orchestrator.config.model import Inventory
 from orchestrator.sim.fleet import SimFleet
 from tests.sim.conftest import TEST_SCALE, assert_nothing_left, pid_alive, run_cli, ssh_ok
+from tests.sshd import openssh_missing
 
 
 @pytest.fixture
@@ -73,6 +74,8 @@ def test_up_status_fault_down(cli_dir: Path):
 
 
 def test_openssh_sshd_mode(cli_dir: Path):
+    if openssh_missing():
+        pytest.skip(openssh_missing())
     res = run_cli("up", "--dir", str(cli_dir), "--sshd", "openssh", "--time-scale",
                   str(TEST_SCALE), "--no-index", "--no-hub")
     assert res.returncode == 0, res.stderr
