@@ -130,9 +130,20 @@ def _load(playbook: str, inventory: str | None, var: list[str]) -> tuple[Any, An
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.inventory is None:
+        from orchestrator.config import load_playbook_alone, parse_cli_vars
+
+        pb, needs = load_playbook_alone(args.playbook, parse_cli_vars(args.var))
+        print(f"ok: {args.playbook}: {len(pb.stages)} stage(s)")
+        if needs:
+            names = sorted({name for _, name in needs})
+            print(f"note: {len(names)} variable(s) the playbook uses are defined by no file it "
+                  f"loads; the inventory (or --var) must define them: {', '.join(names)}")
+            for location, name in needs:
+                print(f"  {location}: {name}")
+        return 0
     pb, inv, _ = _load(args.playbook, args.inventory, args.var)
-    hosts = f", {len(inv.hosts)} host(s)" if inv is not None else ""
-    print(f"ok: {args.playbook}: {len(pb.stages)} stage(s){hosts}")
+    print(f"ok: {args.playbook}: {len(pb.stages)} stage(s), {len(inv.hosts)} host(s)")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Configuration: playbooks and inventories (YAML -> validated models), variables, templating.
 
     load_playbook(path) -> Playbook            load_inventory(path) -> Inventory
+    load_playbook_alone(path, cli_vars) -> (Playbook, [(location, name) an inventory must define])
     load_all(playbook_path, inventory_path, cli_vars) -> (Playbook, Inventory)
     validate_params(stage, rendered_with) -> the kind's Params (errors located)
     host_variables(playbook, inventory, host_name, cli_vars) -> dict
@@ -11,7 +12,13 @@
 Every problem is a `ConfigError` whose `ConfigProblem`s name file:line:column.
 """
 
-from orchestrator.config.loader import load_all, load_inventory, load_playbook, validate_params
+from orchestrator.config.loader import (
+    load_all,
+    load_inventory,
+    load_playbook,
+    load_playbook_alone,
+    validate_params,
+)
 from orchestrator.config.model import (
     GroupSpec,
     HostSpec,
@@ -62,6 +69,7 @@ __all__ = [
     "load_all",
     "load_inventory",
     "load_playbook",
+    "load_playbook_alone",
     "load_yaml",
     "load_yaml_text",
     "parse_cli_vars",

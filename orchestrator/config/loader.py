@@ -101,6 +101,28 @@ def load_playbook(
     return playbook
 
 
+def load_playbook_alone(
+    path: str | os.PathLike[str],
+    cli_vars: Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Playbook, list[tuple[Location, str]]]:
+    """Load a playbook without an inventory, checking its template variables as far as that
+    can: a name that no variable defines and that is a near miss of one (`workdri` for
+    `workdir`) is an error, as no inventory would fix the typo; the other undefined names are
+    returned with their locations: an inventory, a group, a host or `--var` must define them.
+    """
+    session = _Session(environ)
+    doc = session.read(path)
+    facts = _InventoryFacts()
+    facts.standalone = True
+    facts.var_names |= set(cli_vars or {})
+    playbook = session.playbook(doc, facts) if doc is not None else None
+    session.finish()
+    assert playbook is not None
+    return playbook, list(dict.fromkeys(session.needs))
+
+
 def load_inventory(
     path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
 ) -> Inventory:
@@ -183,6 +205,8 @@ class _InventoryFacts:
 
     def __init__(self) -> None:
         self.present = False
+        #: no inventory at all (validate without -i): only near misses are errors
+        self.standalone = False
         self.hosts: list[str] = []
         self.groups: list[str] = []
         self.var_names: set[str] = set(BUILTINS)
@@ -228,6 +252,8 @@ class _Session:
         self.environ = environ
         self.problems: list[ConfigProblem] = []
         self.sources: list[str] = []
+        #: variables a playbook uses that only an inventory (or --var) can define
+        self.needs: list[tuple[Location, str]] = []
 
     def add(self, location: Location | None, message: str, hint: str | None = None) -> None:
         self.problems.append(ConfigProblem(location, message, hint))
@@ -273,7 +299,8 @@ class _Session:
         stages = data.get("stages")
         if isinstance(stages, list):
             checker.check_stages(stages, facts)
-        if facts is not None and facts.present:
+        if facts is not None and (facts.present or facts.standalone):
+            checker.lenient = facts.standalone
             checker.check_undefined(data, facts.var_names | _keys(data.get("vars")))
         if playbook is not None:
             _attach(playbook, doc, ())
@@ -427,6 +454,9 @@ class _Checker:
     def __init__(self, session: _Session, doc: YamlDoc) -> None:
         self.session = session
         self.doc = doc
+        #: no inventory: an undefined name is noted (session.needs), not an error, unless it
+        #: is a near miss of a defined one
+        self.lenient = False
 
     def add(self, location: Location | None, message: str, hint: str | None = None) -> None:
         self.session.add(location, message, hint)
@@ -574,6 +604,9 @@ class _Checker:
             return
         for name in sorted(undeclared(value, expression=expression) - known):
             close = difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.6)
+            if self.lenient and not close:  # an inventory or --var may define it
+                self.session.needs.append((location, name))
+                continue
             hint = (f"did you mean '{close[0]}'?" if close else
                     f"define '{name}' under `vars:` (playbook, inventory, group or host) "
                     f"or pass `--var {name}=VALUE`")

@@ -60,3 +60,24 @@ def test_schema_is_json_with_stage_kinds(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["schema", "--kind", "inventory"]) == 0
     inv = json.loads(capsys.readouterr().out)
     assert "hosts" in inv["properties"]
+
+
+def test_validate_without_an_inventory_reports_undefined_variables(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo no inventory could fix is an error; a name only an inventory can define is a
+    note that names it, with its file:line:column."""
+    pb = tmp_path / "pb.yaml"
+    pb.write_text("name: t\nvars: {workdir: /tmp/x}\nstages:\n  - id: a\n"
+                  "    run: mkdir -p {{ workdri }}\n")
+    assert main(["validate", str(pb)]) == 2
+    err = capsys.readouterr().err
+    assert f"{pb}:5:10: stage 'a', run: undefined variable 'workdri'" in err
+    assert "did you mean 'workdir'?" in err
+    pb.write_text("name: t\nvars: {workdir: /tmp/x}\nstages:\n  - id: a\n"
+                  "    run: mkdir -p {{ workdir }}/{{ site }}\n")
+    assert main(["validate", str(pb)]) == 0
+    out = capsys.readouterr().out
+    assert "the inventory (or --var) must define them: site" in out
+    assert f"{pb}:5:10: site" in out
+    assert main(["validate", str(pb), "--var", "site=a"]) == 0
+    assert "note:" not in capsys.readouterr().out
