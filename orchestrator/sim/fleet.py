@@ -145,7 +145,10 @@ def _lock_dir() -> Path:
 
 
 def _addr_free(address: str, port: int) -> bool:
+    """True when nothing listens on address:port. SO_REUSEADDR, as the servers themselves
+    bind: a port whose last connections linger in TIME_WAIT (right after `sim down`) is free."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((address, port))
             return True
