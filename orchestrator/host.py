@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.config.model import HostSpec
 from orchestrator.errors import CommandFailed, Interrupted
+from orchestrator.facts import F
 from orchestrator.result import Result
 from orchestrator.transports.base import OutputCallback, Transport
 
@@ -101,6 +102,10 @@ class Host:
         if name in CHANGING_PROBES:
             self._refuse_if_cancelled(f"probe {name}")
         return self.transport.probe(name, **args)
+
+    def fact(self, cls: type[F], /, **args: Any) -> F:
+        """Read one typed fact (orchestrator.facts): its probe's answer, parsed by the class."""
+        return cls.from_answer(self.transport.probe(cls.probe, **args))
 
     def __repr__(self) -> str:
         return f"Host({self.name!r})"
