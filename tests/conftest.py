@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import orchestrator.stages  # noqa: F401 - hands the stage kinds to config (tests load playbooks)
 from orchestrator.config.model import HostSpec
 from orchestrator.transports.local import LocalTransport
 from tests.sshd import SSHDFactory, SSHServer, sshd_unavailable

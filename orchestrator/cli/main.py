@@ -120,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 # -- commands ---------------------------------------------------------------------------------
 
 def _load(playbook: str, inventory: str | None, var: list[str]) -> tuple[Any, Any, dict]:
+    import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
     from orchestrator.config import load_all, load_playbook, parse_cli_vars
 
     cli_vars = parse_cli_vars(var)
@@ -131,6 +132,7 @@ def _load(playbook: str, inventory: str | None, var: list[str]) -> tuple[Any, An
 
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.inventory is None:
+        import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
         from orchestrator.config import load_playbook_alone, parse_cli_vars
 
         pb, needs = load_playbook_alone(args.playbook, parse_cli_vars(args.var))
@@ -148,6 +150,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
     from orchestrator.config.schema import json_schema
 
     print(json.dumps(json_schema(args.kind), indent=2))

@@ -44,6 +44,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.config.kinds import stage_kinds
 from orchestrator.config.model import HostSpec, Inventory, Playbook, StageSpec
 from orchestrator.config.templating import (
     check_template,
@@ -177,8 +178,6 @@ def validate_params(
     stage as written in the playbook (or at the stage), worded like load-time errors.
     """
     if model is None:
-        from orchestrator.stages.base import stage_kinds  # late: stages import config.model
-
         kinds = stage_kinds()
         if stage.kind not in kinds:
             raise ConfigError([ConfigProblem(stage.location, f"stage '{stage.id}': unknown "
@@ -698,8 +697,6 @@ class _Checker:
         paths: list[Path_] = [("stages", i, "run"), ("stages", i, "check")]
         params = stage.get("with")
         if isinstance(stage.get("uses"), str) and isinstance(params, dict):
-            from orchestrator.stages.base import stage_kinds  # late: stages import config.model
-
             kind = stage_kinds().get(stage["uses"])
             for name in sorted(kind.shell_params) if kind is not None else []:
                 paths.append(("stages", i, "with", name))
@@ -723,8 +720,6 @@ class _Checker:
         kind = stage.get("uses")
         if not isinstance(kind, str) or "run" in stage:
             return
-        from orchestrator.stages.base import stage_kinds  # late: stages import config.model
-
         kinds = stage_kinds()
         path = ("stages", i, "uses")
         if kind not in kinds:

@@ -14,6 +14,7 @@ import copy
 import re
 from typing import Any, Literal
 
+from orchestrator.config.kinds import stage_kinds
 from orchestrator.config.model import Inventory, Playbook
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -77,8 +78,6 @@ def _playbook() -> dict[str, Any]:
         "additionalProperties": {"type": ["string", "number", "boolean"]},
         "description": "environment variables for the stage's commands",
     }
-
-    from orchestrator.stages.base import stage_kinds  # late: stages import config.model
 
     kinds = stage_kinds()
     rules = []

@@ -5,8 +5,12 @@ import pkgutil
 
 from orchestrator.stages.base import Converged, Needed, Stage, StageContext, stage_kinds
 
+from orchestrator.config.kinds import provide
+
 for _mod in pkgutil.iter_modules(__path__):
     if not _mod.name.startswith("_") and _mod.name != "base":
         importlib.import_module(f"{__name__}.{_mod.name}")
+
+provide(lambda: dict(Stage.registry))  # config receives the kinds; it never imports stages
 
 __all__ = ["Converged", "Needed", "Stage", "StageContext", "stage_kinds"]
