@@ -3,9 +3,8 @@
 import importlib
 import pkgutil
 
-from orchestrator.stages.base import Converged, Needed, Stage, StageContext, stage_kinds
-
 from orchestrator.config.kinds import provide
+from orchestrator.stages.base import Converged, Needed, Stage, StageContext, stage_kinds
 
 for _mod in pkgutil.iter_modules(__path__):
     if not _mod.name.startswith("_") and _mod.name != "base":
