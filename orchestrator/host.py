@@ -1,7 +1,9 @@
 """The API a stage uses to act on one host.
 
 A `Host` wraps a transport with the host's name and resolved variables. Stages never touch
-paramiko or Fabric: they call `run`, `read_file`, `write_file` and `probe` here.
+paramiko or Fabric: they call `run`, `read_file`, `write_file`, `probe` / `fact` (reads) and
+`act` (the named actions of orchestrator.remote.actions, which change the host) here. Everything
+that changes the host (`run`, `write_file`, `act`) is refused once the run is cancelled (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -17,9 +19,6 @@ from orchestrator.errors import CommandFailed, Interrupted
 from orchestrator.facts import F
 from orchestrator.result import Result
 from orchestrator.transports.base import OutputCallback, Transport
-
-#: probes that change the host: after Ctrl-C they are not started either
-CHANGING_PROBES = frozenset({"server_start", "server_stop", "process_stop"})
 
 
 class Host:
@@ -98,10 +97,14 @@ class Host:
         self.transport.write_file(path, data, mode)
 
     def probe(self, name: str, /, **args: Any) -> Any:
-        """Run a named fact probe on the host and return its JSON value."""
-        if name in CHANGING_PROBES:
-            self._refuse_if_cancelled(f"probe {name}")
+        """Run a named read-only probe on the host and return its JSON value."""
         return self.transport.probe(name, **args)
+
+    def act(self, name: str, /, **args: Any) -> Any:
+        """Run a named action (it changes the host: server start/stop, process stop, ...) and
+        return its JSON value; refused once the run is cancelled."""
+        self._refuse_if_cancelled(f"action {name}")
+        return self.transport.act(name, **args)
 
     def fact(self, cls: type[F], /, **args: Any) -> F:
         """Read one typed fact (orchestrator.facts): its probe's answer, parsed by the class."""

@@ -1,15 +1,19 @@
 """The orchestrator agent: a stdlib-only Python (3.8+) program that runs ON the host.
 
 The client starts it over ONE long-lived channel (an SSH exec channel, or local pipes) with
-`python3 -c BOOTSTRAP`. The bootstrap reads this file's source from stdin (10 ASCII digits of
-length, then the source) and executes it; from then on both sides exchange frames:
+`python3 -c BOOTSTRAP` (the text of orchestrator/remote/bootstrap.py). The bootstrap reads this
+file's source from stdin (10 ASCII digits of length, then the source) and executes it; from then
+on both sides exchange frames:
 
     frame  = struct ">II" (header length, body length) + header (UTF-8 JSON object) + body bytes
 
 Client -> agent (`op`): init (first frame: settings + shipped modules), run, kill, kill_all,
-read_file, write_file, probe, ping. Agent -> client (`t`): hello (answer to init), out (a chunk
-of a command's stdout/stderr, raw bytes in the body), hb (heartbeat, sent while requests are in
-flight), done (a command ended), result, error. Every request carries an `id`; answers echo it.
+read_file, write_file, probe (a named read), act (a named action: it changes the host), ping.
+Agent -> client (`t`): hello (answer to init; lists the probes and the actions), out (a chunk of
+a command's stdout/stderr, raw bytes in the body), hb (heartbeat, sent while requests are in
+flight), done (a command ended), result, error. The shipped modules are importable by name on
+the host (`ShippedModules`); the probe and action registry is orchestrator.remote.probes.
+Every request carries an `id`; answers echo it.
 
 Guarantees:
   - A command runs as `/bin/sh -c CMD` in its own process group (new session). Its env values
@@ -29,6 +33,8 @@ This module never imports the rest of the package and must stay Python 3.8 compa
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
 import pwd
@@ -50,30 +56,6 @@ MAGIC = b"\0orchestrator-agent-1\0"
 FRAME = struct.Struct(">II")
 MAX_HEADER = 64 * 1024 * 1024
 CHUNK = 65536
-
-#: The program given to `python3 -c`. Runs on any Python 3, reads the agent source from fd 0
-#: unbuffered (so no frame bytes are swallowed by a buffer), then executes it.
-BOOTSTRAP = """\
-import os,sys
-if sys.version_info<(3,8):
- v=sys.version.split()[0]
- sys.stderr.write("orchestrator: the agent needs Python >= 3.8 on the host, found "+v+"\\n")
- sys.exit(3)
-def r(n):
- b=b""
- while len(b)<n:
-  c=os.read(0,n-len(b))
-  if not c:sys.exit(4)
-  b+=c
- return b
-s=r(int(r(10)))
-exec(compile(s,"orchestrator/remote/agent.py","exec"),{"__name__":"__orchestrator_agent__","AGENT_SOURCE":s})
-"""
-
-#: exit codes of the bootstrap/agent process, for the client's error messages
-EXIT_OLD_PYTHON = 3
-EXIT_NO_SOURCE = 4
-
 
 def encode_source(source: bytes) -> bytes:
     """What the bootstrap expects on stdin: 10 ASCII digits of length, then the source."""
@@ -284,14 +266,17 @@ class SubAgent:
             user = _user_name(os.getuid())
             py = sys.executable or "python3"
             how = "`sudo -n`"
+            bootstrap = self.agent.shipped_source("bootstrap")
+            if bootstrap is None:
+                return "become: the agent bootstrap was not shipped with the agent"
             try:
                 proc, io, err = self._spawn(
-                    ["sudo", "-n", "--", py, "-c", BOOTSTRAP], b"")
+                    ["sudo", "-n", "--", py, "-c", bootstrap], b"")
                 password = self.agent.init.get("become_password")
                 if proc is None and password and "password" in (err or ""):
                     how = "sudo with the inventory's become_password"
                     proc, io, err = self._spawn(
-                        ["sudo", "-S", "-k", "-p", "", "--", py, "-c", BOOTSTRAP],
+                        ["sudo", "-S", "-k", "-p", "", "--", py, "-c", bootstrap],
                         password.encode("utf-8") + b"\n",
                     )
             except FileNotFoundError:
@@ -387,6 +372,40 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+class ShippedModules:
+    """Imports `orchestrator.remote.<name>` from the sources the client shipped (a meta path
+    finder and loader): shipped modules import each other in any order, and tracebacks and
+    `orchestrator.remote.probes.module_source` see their text through `get_source`."""
+
+    PREFIX = "orchestrator.remote."
+
+    def __init__(self, sources: dict) -> None:
+        self.sources = sources  # type: dict  # name -> source text
+
+    def _name(self, fullname: str):
+        name = fullname[len(self.PREFIX):] if fullname.startswith(self.PREFIX) else None
+        return name if name in self.sources else None
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        name = self._name(fullname)
+        if name is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self,
+                                               origin=f"orchestrator/remote/{name}.py")
+
+    def create_module(self, spec):
+        return None  # the default module
+
+    def exec_module(self, module) -> None:
+        name = self._name(module.__name__)
+        module.__file__ = f"orchestrator/remote/{name}.py"
+        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+
+    def get_source(self, fullname: str):
+        name = self._name(fullname)
+        return self.sources[name] if name is not None else None
+
+
 class Agent:
     """The request loop: reads frames, serves each request in its own thread."""
 
@@ -404,33 +423,36 @@ class Agent:
         self.client_timeout = 0.0  # kill everything if the client is silent this long (0: off)
         self.last_client = time.monotonic()
         self.sub = SubAgent(self)
-        self.probes = {}  # type: dict
+        self.probes = {}  # type: dict  # name -> function that only reads
+        self.actions = {}  # type: dict  # name -> function that changes the host
+        self.shipped = None  # type: ShippedModules | None
         self.module_errors = {}  # type: dict
         self.umask = os.umask(0o022)
         os.umask(self.umask)
 
     # ---- setup -------------------------------------------------------------------------
     def load_modules(self, modules: list) -> None:
-        """Install shipped modules as orchestrator.remote.<name> and collect their probes."""
+        """Make the shipped modules importable as orchestrator.remote.<name>, import each, and
+        collect the probes and actions they register (orchestrator.remote.probes)."""
         for pkg in ("orchestrator", "orchestrator.remote"):
             mod = types.ModuleType(pkg)
             mod.__path__ = []  # type: ignore[attr-defined]
             sys.modules[pkg] = mod
-        for name, src in modules:
-            full = "orchestrator.remote." + name
-            mod = types.ModuleType(full)
-            mod.__file__ = f"orchestrator/remote/{name}.py"
-            sys.modules[full] = mod
+        shipped = self.shipped = ShippedModules(dict(modules))
+        sys.meta_path.insert(0, shipped)
+        for name, _ in modules:
             try:
-                exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+                importlib.import_module("orchestrator.remote." + name)
             except Exception as exc:
-                del sys.modules[full]
                 self.module_errors[name] = f"{type(exc).__name__}: {exc}"
-                continue
-            setattr(sys.modules["orchestrator.remote"], name, mod)
         probes_mod = sys.modules.get("orchestrator.remote.probes")
         if probes_mod is not None:
             self.probes = getattr(probes_mod, "PROBES", {})
+            self.actions = getattr(probes_mod, "ACTIONS", {})
+
+    def shipped_source(self, name: str):
+        """The text of the shipped module NAME, or None."""
+        return self.shipped.sources.get(name) if self.shipped is not None else None
 
     def hello(self) -> dict:
         uid = os.getuid()
@@ -439,6 +461,7 @@ class Agent:
             "t": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "uid": uid,
             "user": _user_name(uid), "python": ".".join(map(str, sys.version_info[:3])),
             "executable": sys.executable, "probes": sorted(self.probes),
+            "actions": sorted(self.actions),
             "module_errors": self.module_errors,
             # pid + start time + boot id name this agent process uniquely (agent_retire)
             "starttime": starttime, "boot_id": boot_id,
@@ -505,7 +528,8 @@ class Agent:
             return
         handler = {
             "run": self.op_run, "read_file": self.op_read_file,
-            "write_file": self.op_write_file, "probe": self.op_probe, "ping": self.op_ping,
+            "write_file": self.op_write_file, "probe": self.op_probe, "act": self.op_act,
+            "ping": self.op_ping,
         }.get(op)
         if handler is None:
             self.io.send({"t": "error", "id": rid, "kind": "protocol",
@@ -545,16 +569,28 @@ class Agent:
                       "value": {"pid": os.getpid(), "time": time.time()}})
 
     def op_probe(self, header: dict, body: bytes) -> None:
+        self._call_named(header, self.probes, "probe", self.actions,
+                         "an action, not a probe: it changes the host")
+
+    def op_act(self, header: dict, body: bytes) -> None:
+        self._call_named(header, self.actions, "action", self.probes, "a probe, not an action")
+
+    def _call_named(self, header: dict, table: dict, kind: str, other: dict,
+                    refusal: str) -> None:
+        """Call the function `header["name"]` of TABLE; a name of OTHER is refused (REFUSAL
+        says why): a probe never changes the host, and an action is never asked as a probe."""
         name = header.get("name")
-        fn = self.probes.get(name)
+        fn = table.get(name)
         if fn is None:
-            self.io.send({
-                "t": "error", "id": header.get("id"), "kind": "unknown_probe",
-                "message": "unknown probe {!r}; available: {}{}".format(
-                    name, ", ".join(sorted(self.probes)) or "(none)",
+            if name in other:
+                message = f"{name!r} is {refusal}"
+            else:
+                message = "unknown {} {!r}; available: {}{}".format(
+                    kind, name, ", ".join(sorted(table)) or "(none)",
                     f"; modules that failed to load: {self.module_errors}"
-                    if self.module_errors else ""),
-            })
+                    if self.module_errors else "")
+            self.io.send({"t": "error", "id": header.get("id"), "kind": "unknown_" + kind,
+                          "message": message})
             return
         value = fn(**(header.get("args") or {}))
         self.io.send({"t": "result", "id": header.get("id"), "value": value})

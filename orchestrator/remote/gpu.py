@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 
-from orchestrator.remote.probes import probe
+from orchestrator.remote.probes import module_source, probe
 
 MIB = 1024 * 1024
 NVIDIA_MAJOR = 195
@@ -288,13 +288,13 @@ def _with_timeout(fn, timeout: float):
 # ---------------------------------------------------------------------------- gpu_facts
 
 
-def _nvml_collect(pynvml) -> dict:
-    """Everything gpu_facts reports, through NVML (nvmlInit already done)."""
+def _nvml_opt(pynvml):
+    """opt(fn, *args) -> (value, error): NotSupported -> (None, None); other NVML errors ->
+    (None, text)."""
     not_supported = getattr(pynvml, "NVMLError_NotSupported", ())
     nvml_error = pynvml.NVMLError
 
     def opt(fn, *args):
-        """(value, error): NotSupported -> (None, None); other NVML errors -> (None, text)."""
         try:
             return fn(*args), None
         except not_supported:
@@ -302,63 +302,73 @@ def _nvml_collect(pynvml) -> dict:
         except (nvml_error, AttributeError) as exc:
             return None, str(exc) or type(exc).__name__
 
+    return opt
+
+
+def _nvml_collect(pynvml) -> dict:
+    """Everything gpu_facts reports, through NVML (nvmlInit already done)."""
+    opt = _nvml_opt(pynvml)
     driver = _text(pynvml.nvmlSystemGetDriverVersion())
     cuda_fn = getattr(pynvml, "nvmlSystemGetCudaDriverVersion_v2", None) or \
         pynvml.nvmlSystemGetCudaDriverVersion
     cuda, _ = opt(cuda_fn)
     count = int(pynvml.nvmlDeviceGetCount())
-    devices, processes = [], []
+    devices, processes = [], []  # type: list, list
     for i in range(count):
-        dev = {"index": i}  # type: dict
-        errors = {}
         try:
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        except nvml_error as exc:
-            dev["error"] = str(exc)
-            devices.append(dev)
+        except pynvml.NVMLError as exc:
+            devices.append({"index": i, "error": str(exc)})
             continue
-        name, err = opt(pynvml.nvmlDeviceGetName, h)
-        dev["name"] = None if name is None else _text(name)
-        uuid, _ = opt(pynvml.nvmlDeviceGetUUID, h)
-        dev["uuid"] = None if uuid is None else _text(uuid)
-        pci, _ = opt(pynvml.nvmlDeviceGetPciInfo, h)
-        dev["pci_bus_id"] = None if pci is None else _text(getattr(pci, "busId", ""))
-        mem, err = opt(pynvml.nvmlDeviceGetMemoryInfo, h)
-        if err:
-            errors["memory"] = err
-        dev["memory_total_mib"] = None if mem is None else int(mem.total) // MIB
-        dev["memory_used_mib"] = None if mem is None else int(mem.used) // MIB
-        cc, err = opt(pynvml.nvmlDeviceGetCudaComputeCapability, h)
-        if err:
-            errors["compute_capability"] = err
-        dev["compute_capability"] = None if cc is None else f"{int(cc[0])}.{int(cc[1])}"
-        ecc, err = opt(pynvml.nvmlDeviceGetTotalEccErrors, h,
-                       pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
-        if err:
-            errors["ecc"] = err
-        dev["ecc_uncorrected"] = None if ecc is None else int(ecc)
-        pm, _ = opt(pynvml.nvmlDeviceGetPersistenceMode, h)
-        dev["persistence_mode"] = None if pm is None else pm == pynvml.NVML_FEATURE_ENABLED
-        gen, _ = opt(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
-        width, _ = opt(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)
-        dev["pcie_gen"] = None if gen is None else int(gen)
-        dev["pcie_width"] = None if width is None else int(width)
-        procs, err = opt(pynvml.nvmlDeviceGetComputeRunningProcesses, h)
-        if err:
-            errors["processes"] = err
-        for p in procs or []:
-            used = getattr(p, "usedGpuMemory", None)
-            pname, _ = opt(pynvml.nvmlSystemGetProcessName, p.pid)
-            processes.append({
-                "pid": int(p.pid), "gpu_index": i, "gpu_uuid": dev["uuid"],
-                "used_mib": None if used is None else int(used) // MIB,
-                "name": None if pname is None else _text(pname),
-            })
-        if errors:
-            dev["errors"] = errors
-        devices.append(dev)
+        devices.append(_nvml_device(pynvml, opt, i, h, processes))
     return {"driver_version": driver, "cuda_driver_version": cuda_version_str(cuda),
             "count": count, "devices": devices, "processes": processes}
+
+
+def _nvml_device(pynvml, opt, i: int, h, processes: list) -> dict:
+    """The facts of GPU I (handle H); its compute processes are appended to PROCESSES."""
+    dev = {"index": i}  # type: dict
+    errors = {}
+    name, err = opt(pynvml.nvmlDeviceGetName, h)
+    dev["name"] = None if name is None else _text(name)
+    uuid, _ = opt(pynvml.nvmlDeviceGetUUID, h)
+    dev["uuid"] = None if uuid is None else _text(uuid)
+    pci, _ = opt(pynvml.nvmlDeviceGetPciInfo, h)
+    dev["pci_bus_id"] = None if pci is None else _text(getattr(pci, "busId", ""))
+    mem, err = opt(pynvml.nvmlDeviceGetMemoryInfo, h)
+    if err:
+        errors["memory"] = err
+    dev["memory_total_mib"] = None if mem is None else int(mem.total) // MIB
+    dev["memory_used_mib"] = None if mem is None else int(mem.used) // MIB
+    cc, err = opt(pynvml.nvmlDeviceGetCudaComputeCapability, h)
+    if err:
+        errors["compute_capability"] = err
+    dev["compute_capability"] = None if cc is None else f"{int(cc[0])}.{int(cc[1])}"
+    ecc, err = opt(pynvml.nvmlDeviceGetTotalEccErrors, h,
+                   pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+    if err:
+        errors["ecc"] = err
+    dev["ecc_uncorrected"] = None if ecc is None else int(ecc)
+    pm, _ = opt(pynvml.nvmlDeviceGetPersistenceMode, h)
+    dev["persistence_mode"] = None if pm is None else pm == pynvml.NVML_FEATURE_ENABLED
+    gen, _ = opt(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
+    width, _ = opt(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)
+    dev["pcie_gen"] = None if gen is None else int(gen)
+    dev["pcie_width"] = None if width is None else int(width)
+    procs, err = opt(pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+    if err:
+        errors["processes"] = err
+    for p in procs or []:
+        used = getattr(p, "usedGpuMemory", None)
+        pname, _ = opt(pynvml.nvmlSystemGetProcessName, p.pid)
+        processes.append({
+            "pid": int(p.pid), "gpu_index": i, "gpu_uuid": dev["uuid"],
+            "used_mib": None if used is None else int(used) // MIB,
+            "name": None if pname is None else _text(pname),
+        })
+    if errors:
+        dev["errors"] = errors
+    return dev
 
 
 def _nvml_facts(timeout: float) -> tuple:
@@ -472,45 +482,10 @@ def gpu_facts(nvml: bool = True, smi: str = "nvidia-smi", timeout: float = 60.0)
 
 # ---------------------------------------------------------------------------- uvm_facts
 
-#: run in a child python: cuInit(0) through libcuda, or the simulated host's simhw
-CUDA_INIT_SCRIPT = r"""
-import ctypes, json, os, sys
-out = {"code": None, "source": "unknown", "error": None}
-sim = None
-if os.environ.get("SIM_HOST_STATE"):
-    try:
-        import simhw as sim
-    except ImportError:
-        sim = None
-if sim is not None:
-    out.update(code=int(sim.cuda_init()), source="simhw")
-else:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError as exc:
-        out["error"] = "libcuda.so.1 not loadable: %s" % exc
-        try:
-            import simhw as sim
-            out.update(code=int(sim.cuda_init()), source="simhw", error=None)
-        except ImportError:
-            pass
-    else:
-        out["source"] = "libcuda"
-        out["code"] = int(lib.cuInit(0))
-        if out["code"] == 0:
-            n = ctypes.c_int(0)
-            if lib.cuDeviceGetCount(ctypes.byref(n)) == 0:
-                out["devices"] = n.value
-            v = ctypes.c_int(0)
-            if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
-                out["driver_version_int"] = v.value
-sys.stdout.write(json.dumps(out))
-"""
-
-
 def cuda_init_child(python: str | None = None, timeout: float = 60.0) -> dict:
-    """cuInit(0) in a child process (its failure state is sticky per process)."""
-    code, out, err = _run([python or sys.executable, "-c", CUDA_INIT_SCRIPT], timeout)
+    """cuInit(0) in a child process (its failure state is sticky per process): the program
+    orchestrator/remote/cuda_init.py."""
+    code, out, err = _run([python or sys.executable, "-c", module_source("cuda_init")], timeout)
     if code != 0:
         tail = (err or out).strip().splitlines()
         return {"code": None, "source": "unknown",

@@ -1,41 +1,73 @@
-"""Named fact probes shipped with the agent and run ON the host (stdlib only, Python 3.8+).
+"""The registry of what the agent serves ON the host (stdlib only, Python 3.8+): probes and actions.
 
-A probe is a function registered by name that returns a JSON-able value:
+A probe only reads; an action changes the host. Each is a function registered by name that
+returns a JSON-able value:
 
     @probe("disk_free")
     def disk_free(path: str = "/") -> dict: ...
 
-The client calls it with `transport.probe("disk_free", path="/data")`. Probes read real paths
-(/proc, /sys, /dev, /etc) with plain open()/os.stat, so tests can run them on any Linux box and
-against recorded files by passing a different path argument.
+    @action("server_stop")          # in orchestrator/remote/actions.py
+    def server_stop(state_dir: str, grace: float = 60.0) -> dict: ...
+
+The client calls a probe with `transport.probe("disk_free", path="/data")` and an action with
+`transport.act("server_stop", ...)` (stages: `Host.act`, which refuses after Ctrl-C). The agent
+serves each only through its own operation: an action sent as a probe is refused, so a check can
+never change the host by mistake. Probes read real paths (/proc, /sys, /dev, /etc) with plain
+open()/os.stat, so tests can run them on any Linux box and against recorded files by passing a
+different path argument.
 
 Adding probes: add a function here, or a new module in `orchestrator/remote/` that does
 `from orchestrator.remote.probes import probe` (every module of that folder is shipped with the
-agent and imported after this one; on the host they live under the same names). Keep them
-stdlib-only and Python 3.8 compatible; raise an exception to report a failure (the client gets
-a TransportError with its message).
-"""
+agent and importable there under the same name). Actions live in `orchestrator/remote/actions.py`.
+Keep them stdlib-only and Python 3.8 compatible; raise an exception to report a failure (the
+client gets a TransportError with its message).
 
+`module_source(name)` is the text of another module of this folder, on the host (the shipped copy)
+as here (the file): programs run by another python (the supervisor, the CUDA init check) are
+modules of this folder, sent or written by their text.
+"""
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import stat
 import sys
+from collections.abc import Callable
 
-PROBES = {}  # type: dict
+PROBES = {}  # type: dict  # name -> function that only reads
+ACTIONS = {}  # type: dict  # name -> function that changes the host
 
 
-def probe(name: str):
-    """Register the decorated function as the probe `name`."""
-
-    def register(fn):
-        if name in PROBES and PROBES[name] is not fn:
-            raise ValueError(f"probe {name!r} is defined twice")
-        PROBES[name] = fn
+def _register(table: dict, kind: str, name: str) -> Callable[[Callable], Callable]:
+    def register(fn: Callable) -> Callable:
+        if (table.get(name, fn) is not fn or (PROBES if table is ACTIONS else ACTIONS).get(
+                name) is not None):
+            raise ValueError(f"{kind} {name!r} is defined twice")
+        table[name] = fn
         return fn
 
     return register
+
+
+def probe(name: str) -> Callable[[Callable], Callable]:
+    """Register the decorated function as the probe `name` (it must only read)."""
+    return _register(PROBES, "probe", name)
+
+
+def action(name: str) -> Callable[[Callable], Callable]:
+    """Register the decorated function as the action `name` (it changes the host)."""
+    return _register(ACTIONS, "action", name)
+
+
+def module_source(name: str) -> str:
+    """The source text of orchestrator/remote/NAME.py (on the host: the copy the agent got)."""
+    full = "orchestrator.remote." + name
+    mod = importlib.import_module(full)
+    text = mod.__loader__.get_source(full) if mod.__loader__ is not None else None
+    if text is None:
+        raise ImportError(f"no source for {full}")
+    return text
 
 
 def _parse_os_release(text: str) -> dict:
@@ -128,6 +160,14 @@ def path_info(path: str) -> dict:
         out["major"] = os.major(st.st_rdev)
         out["minor"] = os.minor(st.st_rdev)
     return out
+
+
+@probe("boot_id")
+def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> dict:
+    """The kernel's boot id: changes at every boot, so a run can tell the host rebooted."""
+    from orchestrator.remote.supervisor import boot_id as read_boot_id
+
+    return {"boot_id": read_boot_id(path)}
 
 
 @probe("env")

@@ -51,20 +51,20 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
 
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
+from orchestrator.remote import source as remote_source
 from orchestrator.stages._locking import differs, missing_entry, refuse, short
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 MANIFEST = ".orchestrator/manifest.json"
 QUICK = 300.0
-_SCRIPT = (Path(__file__).resolve().parent.parent / "remote" / "hfcheck.py").read_text("utf-8")
+_SCRIPT = remote_source("hfcheck")
 
 
 def human_bytes(n: float) -> str:
@@ -163,49 +163,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
         return answer
 
     def _error(self, op: str, err: dict[str, Any]) -> StageError:
-        p = self.params
-        kind, message, status = err.get("kind"), err.get("message", ""), err.get("status")
-        where = p.endpoint or "the hub"
-        head = f"{op} of {p.repo}@{p.revision} failed"
-        first = message.splitlines()[0] if message else ""
-        if kind == "gated":
-            return StageError(
-                f"{head}: {p.repo} is gated (HTTP {status}) and "
-                + ("the token was refused" if p.token else "no token was given"),
-                hint=f"accept the model's license on its hub page ({where}/{p.repo}) with your "
-                "account, then set HF_TOKEN to a token of that account (`token:` param, "
-                "e.g. `token: \"{{ hf_token }}\"` with `hf_token: !env HF_TOKEN`)",
-            )
-        if kind == "unauthorized":
-            return StageError(
-                f"{head}: the hub refused the request (HTTP {status}): {first}",
-                hint="set HF_TOKEN to a valid token (`token:` param) that can read "
-                f"{p.repo}, and accept its license if it is gated",
-            )
-        if kind == "repo_not_found":
-            return StageError(
-                f"{head}: repository {p.repo} not found on {where}"
-                + (" (or it is private and the token cannot read it)" if p.token else ""),
-                hint="check the repo id spelling; a private repo needs HF_TOKEN (`token:`)",
-            )
-        if kind == "revision_not_found":
-            return StageError(
-                f"{head}: revision {p.revision!r} does not exist in {p.repo}",
-                hint="use an existing branch, tag or full 40-hex commit of that repo",
-            )
-        if kind == "network":
-            return StageError(
-                f"{head}: cannot reach {where}: {first}",
-                hint="check the host's network/proxy (`env: {HTTPS_PROXY: ...}`) and `endpoint`",
-            )
-        if kind == "disk":
-            return StageError(f"{head}: no space left under {p.local_dir}: {first}",
-                              hint="free disk space or choose another `local_dir`")
-        if kind == "missing_library":
-            return StageError(f"{head}: {message}",
-                              hint=f"install huggingface_hub into {p.python}'s environment "
-                              "(a pip_install stage in `needs:`)")
-        return StageError(f"{head}: {message}")
+        return download_error(self.params, op, err)
 
     def _resolve(self, host: Host, ctx: StageContext) -> str:
         p = self.params
@@ -416,3 +374,49 @@ def _show_progress(ctx: StageContext, fields: list[str], elapsed: float) -> None
     verb = "downloaded" if what == "download" else "hashed"
     rate = f", {human_bytes(done / elapsed)}/s" if elapsed > 1 and what == "download" else ""
     ctx.progress(f"{verb} {human_bytes(done)} of {human_bytes(total)}{pct}{rate}")
+
+
+def download_error(p: Any, op: str, err: dict[str, Any]) -> StageError:
+    """The StageError (with what to do) for one error answer of remote/hfcheck.py."""
+    kind, message, status = err.get("kind"), err.get("message", ""), err.get("status")
+    where = p.endpoint or "the hub"
+    head = f"{op} of {p.repo}@{p.revision} failed"
+    first = message.splitlines()[0] if message else ""
+    if kind == "gated":
+        return StageError(
+            f"{head}: {p.repo} is gated (HTTP {status}) and "
+            + ("the token was refused" if p.token else "no token was given"),
+            hint=f"accept the model's license on its hub page ({where}/{p.repo}) with your "
+            "account, then set HF_TOKEN to a token of that account (`token:` param, "
+            "e.g. `token: \"{{ hf_token }}\"` with `hf_token: !env HF_TOKEN`)",
+        )
+    if kind == "unauthorized":
+        return StageError(
+            f"{head}: the hub refused the request (HTTP {status}): {first}",
+            hint="set HF_TOKEN to a valid token (`token:` param) that can read "
+            f"{p.repo}, and accept its license if it is gated",
+        )
+    if kind == "repo_not_found":
+        return StageError(
+            f"{head}: repository {p.repo} not found on {where}"
+            + (" (or it is private and the token cannot read it)" if p.token else ""),
+            hint="check the repo id spelling; a private repo needs HF_TOKEN (`token:`)",
+        )
+    if kind == "revision_not_found":
+        return StageError(
+            f"{head}: revision {p.revision!r} does not exist in {p.repo}",
+            hint="use an existing branch, tag or full 40-hex commit of that repo",
+        )
+    if kind == "network":
+        return StageError(
+            f"{head}: cannot reach {where}: {first}",
+            hint="check the host's network/proxy (`env: {HTTPS_PROXY: ...}`) and `endpoint`",
+        )
+    if kind == "disk":
+        return StageError(f"{head}: no space left under {p.local_dir}: {first}",
+                          hint="free disk space or choose another `local_dir`")
+    if kind == "missing_library":
+        return StageError(f"{head}: {message}",
+                          hint=f"install huggingface_hub into {p.python}'s environment "
+                          "(a pip_install stage in `needs:`)")
+    return StageError(f"{head}: {message}")

@@ -55,58 +55,15 @@ from pydantic import Field, field_validator
 
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
+from orchestrator.remote import source as remote_source
 from orchestrator.stages._locking import missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 QUICK = 120.0
 
-# Runs ON the host with the venv's python (stdlib only, 3.8+): installed versions + markers env.
-_VERSIONS = r"""
-import json, os, platform, re, sys
-try:
-    import importlib.metadata as md
-except ImportError:
-    md = None
-def norm(n):
-    return re.sub(r"[-_.]+", "-", n).lower()
-names = json.loads(sys.argv[1])
-out = {}
-dists = None
-for name in names:
-    v = None
-    if md is not None:
-        try:
-            v = md.version(name)
-        except Exception:
-            if dists is None:
-                dists = {}
-                for d in md.distributions():
-                    try:
-                        dists.setdefault(norm(d.metadata["Name"] or ""), d.version)
-                    except Exception:
-                        pass
-            v = dists.get(norm(name))
-    out[name] = v
-def fmt(info):
-    v = "%d.%d.%d" % (info.major, info.minor, info.micro)
-    if info.releaselevel != "final":
-        v += info.releaselevel[0] + str(info.serial)
-    return v
-env = {
-    "implementation_name": sys.implementation.name,
-    "implementation_version": fmt(sys.implementation.version),
-    "os_name": os.name,
-    "platform_machine": platform.machine(),
-    "platform_release": platform.release(),
-    "platform_system": platform.system(),
-    "platform_version": platform.version(),
-    "python_full_version": platform.python_version(),
-    "platform_python_implementation": platform.python_implementation(),
-    "python_version": ".".join(platform.python_version_tuple()[:2]),
-    "sys_platform": sys.platform,
-}
-print(json.dumps({"versions": out, "env": env}))
-"""
+#: installed versions + marker environment (orchestrator/remote/distributions.py), run ON the
+#: host with the venv's python as `PYTHON -c _VERSIONS NAMES_JSON`
+_VERSIONS = remote_source("distributions")
 
 _NO_MATCH = ("No matching distribution found", "Could not find a version that satisfies")
 _NETWORK = ("NewConnectionError", "Max retries exceeded", "Could not fetch URL",

@@ -43,6 +43,7 @@ from pydantic import Field
 
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
+from orchestrator.remote import source as remote_source
 from orchestrator.remote.pyenv import parse_pyvenv_cfg
 from orchestrator.result import Result
 from orchestrator.stages._locking import differs, missing_entry
@@ -51,35 +52,8 @@ from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Sta
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout
 QUICK = 120.0
 
-_INFO = (
-    "import json, sys; print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3], "
-    "'prefix': sys.prefix, 'base_prefix': getattr(sys, 'base_prefix', sys.prefix)}))"
-)
-# the same plus pip's version when pip imports (the quick look used between apply steps)
-_INFO_PIP = """
-import json, sys
-try:
-    import pip
-    v = pip.__version__
-except Exception:
-    v = None
-print(json.dumps({"version": "%d.%d.%d" % sys.version_info[:3], "pip": v}))
-"""
-
-# Finds pip wheels already on the host (run by the venv's python: its stdlib is the base one).
-_FIND_WHEELS = r"""
-import glob, json, os, re, sysconfig
-dirs = [os.path.join(sysconfig.get_paths()["stdlib"], "ensurepip", "_bundled"),
-        "/usr/share/python-wheels", "/usr/share/python3/wheels"]
-found = []
-for d in dirs:
-    found += glob.glob(os.path.join(d, "pip-*-py3-none-any.whl"))
-    found += glob.glob(os.path.join(d, "pip-*-py2.py3-none-any.whl"))
-def key(p):
-    m = re.match(r"pip-([0-9.]+)-", os.path.basename(p))
-    return [int(x) for x in m.group(1).split(".") if x.isdigit()] if m else []
-print(json.dumps(sorted(set(found), key=key, reverse=True)))
-"""
+#: interpreter facts (orchestrator/remote/pyinfo.py), run as `PYTHON -c _PYINFO OP`
+_PYINFO = remote_source("pyinfo")
 
 _NO_ENSUREPIP = ("ensurepip is not available", "No module named ensurepip",
                  "No module named 'ensurepip'")
@@ -134,7 +108,8 @@ class PythonVenvStage(Stage, kind="python_venv"):
         if not state["exists"] or not state["is_dir"]:
             return state
         if state["python_exists"]:
-            r = host.run_argv([self.vpy, "-c", _INFO_PIP], timeout=QUICK, env=self._env(ctx))
+            r = host.run_argv([self.vpy, "-c", _PYINFO, "info_pip"], timeout=QUICK,
+                              env=self._env(ctx))
             if r.ok:
                 try:
                     info = json.loads(r.stdout.strip().splitlines()[-1])
@@ -172,12 +147,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
         want = (ctx.locked or {}).get("python")
         have, whose = s["python"], "the venv's python"
         if have is None or s["pyvenv_cfg"] is None:  # apply would (re)create it with p.python
-            r = host.run_argv([self.params.python, "-c", _INFO], timeout=QUICK,
-                              env=self._env(ctx))
-            try:
-                have = json.loads(r.stdout.strip().splitlines()[-1])["version"] if r.ok else None
-            except (ValueError, KeyError, IndexError):
-                have = None
+            have = self._base_version(host, ctx)
             whose = f"{self.params.python} (which would create the venv)"
         if want is None or have is None or have == want:
             return None
@@ -208,7 +178,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
         if not s["site_ok"]:
             want = "on" if p.system_site_packages else "off"
             return Needed(f"system_site_packages should be {want}")
-        self._record(ctx, s)
+        record_venv(ctx, self.params.path, s)
         return Converged(f"python {s['python']} with pip {s['pip']} in {p.path}")
 
     def apply(self, host: Host, ctx: StageContext) -> None:
@@ -299,11 +269,11 @@ class PythonVenvStage(Stage, kind="python_venv"):
         r = host.run_argv([self.vpy, "-m", "ensurepip", "--upgrade", "--default-pip"],
                           timeout=ctx.timeout, env=env)
         if r.ok:
-            self._repaired(ctx, "ensurepip")
+            _repaired(ctx, self.params.path, "ensurepip")
             return
         tried.append(f"ensurepip: {_tail(r, 2)}")
 
-        r = host.run_argv([self.vpy, "-c", _FIND_WHEELS], timeout=QUICK, env=env)
+        r = host.run_argv([self.vpy, "-c", _PYINFO, "find_wheels"], timeout=QUICK, env=env)
         wheels: list[str] = []
         if r.ok:
             try:
@@ -316,7 +286,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
                                "--disable-pip-version-check", wheel],
                               timeout=ctx.timeout, env=env)
             if r.ok:
-                self._repaired(ctx, f"wheel {wheel}")
+                _repaired(ctx, self.params.path, f"wheel {wheel}")
                 return
             tried.append(f"wheel {wheel}: {_tail(r, 2)}")
         if not wheels:
@@ -333,7 +303,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
                                "--disable-pip-version-check", "pip"],
                               timeout=ctx.timeout, env=host_env)
             if r.ok:
-                self._repaired(ctx, f"host pip {m.group(1)}")
+                _repaired(ctx, self.params.path, f"host pip {m.group(1)}")
                 return
             tried.append(f"{p.python} -m pip --python: {_tail(r, 2)}")
         elif m:
@@ -347,30 +317,17 @@ class PythonVenvStage(Stage, kind="python_venv"):
             hint=self._debian_hint(host, ctx, version),
         )
 
-    def _repaired(self, ctx: StageContext, how: str) -> None:
-        ctx.log.info("python_venv.pip_installed", path=self.params.path, method=how)
-        ctx.record("pip_repair", how)
+    def _base_version(self, host: Host, ctx: StageContext) -> str | None:
+        """The version of `python` (the interpreter that makes the venv), or None."""
+        r = host.run_argv([self.params.python, "-c", _PYINFO, "info"], timeout=QUICK,
+                          env=self._env(ctx))
+        try:
+            return json.loads(r.stdout.strip().splitlines()[-1])["version"] if r.ok else None
+        except (ValueError, KeyError, IndexError):
+            return None
 
     def _debian_hint(self, host: Host, ctx: StageContext, version: str | None = None) -> str:
-        if version is None:
-            r = host.run_argv([self.params.python, "-c", _INFO], timeout=QUICK,
-                              env=self._env(ctx))
-            try:
-                version = json.loads(r.stdout.strip().splitlines()[-1])["version"]
-            except (ValueError, KeyError, IndexError):
-                version = None
-        pkg = "python3-venv"
-        if version:
-            major, minor = version.split(".")[:2]
-            pkg = f"python{major}.{minor}-venv"
-        return (f"on Debian/Ubuntu install the venv package: apt install {pkg} (or python3-venv), "
-                f"then rerun; or set `pip_index_url` so the host's pip can install pip")
-
-    def _record(self, ctx: StageContext, s: dict[str, Any]) -> None:
-        ctx.record("path", self.params.path)
-        ctx.record("python", s["python"])
-        ctx.record("pip", s["pip"])
-        ctx.record("lock", {"python": s["python"]})
+        return debian_venv_hint(version or self._base_version(host, ctx))
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -381,3 +338,26 @@ def _version_tuple(text: str) -> tuple[int, ...]:
             break
         parts.append(int(digits.group()))
     return tuple(parts)
+
+
+def debian_venv_hint(version: str | None) -> str:
+    """What to install on Debian/Ubuntu when venv creation fails (ensurepip missing)."""
+    pkg = "python3-venv"
+    if version:
+        major, minor = version.split(".")[:2]
+        pkg = f"python{major}.{minor}-venv"
+    return (f"on Debian/Ubuntu install the venv package: apt install {pkg} (or python3-venv), "
+            f"then rerun; or set `pip_index_url` so the host's pip can install pip")
+
+
+def record_venv(ctx: StageContext, path: str, s: dict[str, Any]) -> None:
+    """The venv's facts in the run record (and the python version for the pin file)."""
+    ctx.record("path", path)
+    ctx.record("python", s["python"])
+    ctx.record("pip", s["pip"])
+    ctx.record("lock", {"python": s["python"]})
+
+
+def _repaired(ctx: StageContext, path: str, how: str) -> None:
+    ctx.log.info("python_venv.pip_installed", path=path, method=how)
+    ctx.record("pip_repair", how)

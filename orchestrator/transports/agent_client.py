@@ -40,6 +40,8 @@ from orchestrator.errors import (
     TransportError,
 )
 from orchestrator.remote import agent as agent_mod
+from orchestrator.remote import bootstrap
+from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
 from orchestrator.transports.base import OutputCallback, Transport
 
@@ -47,7 +49,8 @@ log = structlog.get_logger(__name__)
 
 FRAME = agent_mod.FRAME
 MAGIC = agent_mod.MAGIC
-BOOTSTRAP = agent_mod.BOOTSTRAP
+#: the program given to `python3 -c` (orchestrator/remote/bootstrap.py)
+BOOTSTRAP = remote_source("bootstrap")
 _REMOTE_DIR = Path(agent_mod.__file__).parent
 
 
@@ -59,7 +62,12 @@ def agent_source() -> bytes:
 
 @cache
 def shipped_modules() -> tuple[tuple[str, str], ...]:
-    """Modules shipped with the agent: probes first, then every other module of remote/."""
+    """Modules shipped with the agent: probes first, then every other module of remote/.
+
+    The agent makes them importable by name in any order (agent.ShippedModules); programs that
+    run under another python (the supervisor, the CUDA init check) travel with them so that
+    actions and probes find their text on the host (probes.module_source).
+    """
     names = sorted(
         p.stem for p in _REMOTE_DIR.glob("*.py") if p.stem not in ("__init__", "agent")
     )
@@ -98,6 +106,36 @@ def _frame(header: dict, body: bytes = b"") -> bytes:
 
 _DEAD = object()
 _PULSE = agent_mod.pack({"op": "hb"})
+
+
+class _Output:
+    """A command's stdout (fd 1) and stderr (fd 2) as they arrive: kept whole for the Result,
+    and passed on decoded (UTF-8, split characters kept for the next chunk) to a live view."""
+
+    NAMES = {1: "stdout", 2: "stderr"}
+
+    def __init__(self, on_output: OutputCallback | None) -> None:
+        self.on_output = on_output
+        self.chunks: dict[int, list[bytes]] = {1: [], 2: []}
+        self.decoders = {fd: codecs.getincrementaldecoder("utf-8")("replace") for fd in (1, 2)}
+
+    def add(self, fd: int, body: bytes) -> None:
+        self.chunks[fd].append(body)
+        if self.on_output is not None:
+            text = self.decoders[fd].decode(body)
+            if text:
+                self.on_output(self.NAMES[fd], text)
+
+    def finish(self) -> None:
+        """Pass on what the decoders still hold (an incomplete character at the very end)."""
+        if self.on_output is not None:
+            for fd in (1, 2):
+                tail = self.decoders[fd].decode(b"", final=True)
+                if tail:
+                    self.on_output(self.NAMES[fd], tail)
+
+    def text(self, fd: int) -> str:
+        return b"".join(self.chunks[fd]).decode("utf-8", "replace")
 
 
 class AgentSession:
@@ -191,7 +229,7 @@ class AgentSession:
                 host=self.host,
                 hint="install Python 3.8 or newer on the host (e.g. `apt-get install python3`)",
             )
-        if status == agent_mod.EXIT_OLD_PYTHON:
+        if status == bootstrap.EXIT_OLD_PYTHON:
             return ConnectError(
                 f"could not start the agent{said}", host=self.host,
                 hint="install Python 3.8 or newer on the host as `python3`",
@@ -423,10 +461,7 @@ class AgentSession:
             "op": "run", "id": rid, "cmd": command, "env": dict(env or {}), "cwd": cwd,
             "timeout": timeout, "become": bool(become), "stdin": stdin is not None,
         }
-        chunks: dict[int, list[bytes]] = {1: [], 2: []}
-        decoders = {1: codecs.getincrementaldecoder("utf-8")("replace"),
-                    2: codecs.getincrementaldecoder("utf-8")("replace")}
-        names = {1: "stdout", 2: "stderr"}
+        out = _Output(on_output)
         done: dict | None = None
         what = f"command `{command}`"
         try:
@@ -439,33 +474,27 @@ class AgentSession:
                 frame, body = self._next(q, since, what)
                 kind = frame.get("t")
                 if kind == "out":
-                    fd = 2 if frame.get("fd") == 2 else 1
-                    chunks[fd].append(body)
-                    if on_output is not None:
-                        text = decoders[fd].decode(body)
-                        if text:
-                            on_output(names[fd], text)
-                elif kind == "done":
+                    out.add(2 if frame.get("fd") == 2 else 1, body)
+                elif kind in ("done", "error"):
                     done = frame
-                elif kind == "error":
-                    done = frame
-                    raise self._remote_error(frame, what)
+                    if kind == "error":
+                        raise self._remote_error(frame, what)
         except BaseException as exc:
             if done is None and self.alive and not isinstance(exc, ConnectionLost):
                 self.send_kill(rid)  # Ctrl-C or a failing callback: stop the command first
             raise
         finally:
             self._unregister(rid)
-        if on_output is not None:
-            for fd in (1, 2):
-                tail = decoders[fd].decode(b"", final=True)
-                if tail:
-                    on_output(names[fd], tail)
+        out.finish()
+        return self._result(command, done, out, timeout)
+
+    def _result(self, command: str, done: dict, out: _Output, timeout: float | None) -> Result:
+        """The Result of a command from its `done` frame; CommandTimeout when it timed out."""
         result = Result(
             command=command,
             exit_code=int(done["exit"]),
-            stdout=b"".join(chunks[1]).decode("utf-8", "replace"),
-            stderr=b"".join(chunks[2]).decode("utf-8", "replace"),
+            stdout=out.text(1),
+            stderr=out.text(2),
             duration=float(done.get("duration") or 0.0),
             host=self.host,
             timed_out=bool(done.get("timed_out")),
@@ -536,7 +565,7 @@ class AgentTransport(Transport):
 
     @property
     def agent_info(self) -> dict[str, Any]:
-        """The agent's hello (pid, uid, user, python, probes) of the current session."""
+        """The agent's hello (pid, uid, user, python, probes, actions) of the current session."""
         s = self._session
         return dict(s.hello) if s is not None else {}
 
@@ -593,7 +622,7 @@ class AgentTransport(Transport):
         if old.get("pid") == self.agent_info.get("pid") or not old.get("starttime"):
             return
         try:
-            res = self.probe("agent_retire", pid=old["pid"], starttime=old["starttime"],
+            res = self.act("agent_retire", pid=old["pid"], starttime=old["starttime"],
                              boot_id=old.get("boot_id"), wait=self.kill_grace + 5.0)
         except OrchestratorError as exc:
             log.warning("could not end the agent of the dropped connection", host=self.name,
@@ -629,7 +658,8 @@ class AgentTransport(Transport):
             raise
 
     def _call(self, op: str, fields: Mapping[str, Any], body: bytes = b"") -> tuple[dict, bytes]:
-        # file and probe requests are idempotent: after a drop, reconnect and ask once more
+        # file, probe and action requests are idempotent (an action repeated after a drop finds
+        # its work done: server_start reports the server it started): reconnect, ask once more
         for attempt in (1, 2):
             session = self._ensure()
             try:
@@ -651,7 +681,16 @@ class AgentTransport(Transport):
         self._call("write_file", {"path": path, "mode": mode}, bytes(data))
 
     def probe(self, name: str, /, **args: Any) -> Any:
+        if name in self._ensure().hello.get("actions", ()):
+            raise TransportError(
+                f"{name!r} changes the host: it is an action, sent with act(), never as a probe",
+                host=self.name,
+            )
         header, _ = self._call("probe", {"name": name, "args": args})
+        return header.get("value")
+
+    def act(self, name: str, /, **args: Any) -> Any:
+        header, _ = self._call("act", {"name": name, "args": args})
         return header.get("value")
 
     def ping(self) -> dict[str, Any]:

@@ -71,7 +71,14 @@ class Transport(ABC):
 
     @abstractmethod
     def probe(self, name: str, **args: Any) -> Any:
-        """Run the named fact probe of `orchestrator.remote.probes` on the host; JSON result."""
+        """Run the named read-only probe (`orchestrator.remote.probes`) on the host; its JSON
+        result. An action's name is refused: it would change the host."""
+
+    @abstractmethod
+    def act(self, name: str, **args: Any) -> Any:
+        """Run the named action (`orchestrator.remote.actions`: it changes the host); its JSON
+        result. No cancellation check here: `Host.act` refuses after Ctrl-C, and the runner
+        (deploy lock) and the transport itself (agent_retire) call this directly."""
 
     @abstractmethod
     def kill_all(self) -> None:

@@ -483,6 +483,13 @@ class SSHTransport(AgentTransport):
             return exc
         where = f"{conn.user}@{conn.host}:{conn.port}"
         who = f"{role} {where}" if role else where
+        if isinstance(exc, (_UnknownHostKey, BadHostKeyException)):
+            return self._host_key_error(exc, conn, who)
+        auth = self._auth_error(exc, conn, doing, who)
+        return auth if auth is not None else self._network_error(exc, conn, doing, who)
+
+    def _host_key_error(self, exc: _UnknownHostKey | BadHostKeyException, conn: Connection,
+                        who: str) -> HostKeyError:
         known = self._known_hosts()
         if isinstance(exc, _UnknownHostKey):
             alg = exc.key.get_name()
@@ -501,17 +508,19 @@ class SSHTransport(AgentTransport):
                 f"/etc/ssh/ssh_host_*_key.pub`), then trust it by {trust}, or set "
                 "`host_key_policy: accept-new` to record it on first use",
             )
-        if isinstance(exc, BadHostKeyException):
-            name = known_hosts_name(conn.host, conn.port)
-            return HostKeyError(
-                f"HOST KEY CHANGED for {who}! {known} has {exc.expected_key.get_name()} "
-                f"{fingerprint(exc.expected_key)}, the host now offers "
-                f"{exc.key.get_name()} {fingerprint(exc.key)}. Someone could be intercepting the "
-                "connection (man-in-the-middle), or the host was reinstalled. Refusing to connect.",
-                host=self.name,
-                hint=f"if you know why the key changed, remove the old entry with "
-                f"`ssh-keygen -R '{name}' -f {known}` and add the new one",
-            )
+        name = known_hosts_name(conn.host, conn.port)
+        return HostKeyError(
+            f"HOST KEY CHANGED for {who}! {known} has {exc.expected_key.get_name()} "
+            f"{fingerprint(exc.expected_key)}, the host now offers "
+            f"{exc.key.get_name()} {fingerprint(exc.key)}. Someone could be intercepting the "
+            "connection (man-in-the-middle), or the host was reinstalled. Refusing to connect.",
+            host=self.name,
+            hint=f"if you know why the key changed, remove the old entry with "
+            f"`ssh-keygen -R '{name}' -f {known}` and add the new one",
+        )
+
+    def _auth_error(self, exc: BaseException, conn: Connection, doing: str,
+                    who: str) -> TransportError | None:
         if isinstance(exc, AuthenticationException) and "transport shut down or saw EOF" in str(
                 exc):
             # paramiko's words for a connection that died DURING authentication: not a refusal
@@ -534,6 +543,10 @@ class SSHTransport(AgentTransport):
                 f"(e.g. `ssh-copy-id -i KEY.pub -p {conn.port} {conn.user}@{conn.host}`), or "
                 "set `user:` / `identity_file:` for this host in the inventory",
             )
+        return None
+
+    def _network_error(self, exc: BaseException, conn: Connection, doing: str,
+                       who: str) -> TransportError:
         if isinstance(exc, socket.gaierror):
             if exc.errno == socket.EAI_AGAIN:
                 return TransientConnectError(f"{doing} {who}: name lookup failed "

@@ -20,16 +20,16 @@ def test_only_the_named_process_is_ended(agent: LocalTransport) -> None:
     try:
         st = start_of(proc.pid)
         # a recycled pid (another start time) or another boot: not ours, left alone
-        assert agent.probe("agent_retire", pid=proc.pid, starttime=st + 1,
+        assert agent.act("agent_retire", pid=proc.pid, starttime=st + 1,
                            boot_id=boot) == {"was_running": False}
-        assert agent.probe("agent_retire", pid=proc.pid, starttime=st,
+        assert agent.act("agent_retire", pid=proc.pid, starttime=st,
                            boot_id="0" * 36) == {"was_running": False}
         assert alive(proc.pid)
-        res = agent.probe("agent_retire", pid=proc.pid, starttime=st, boot_id=boot, wait=5)
+        res = agent.act("agent_retire", pid=proc.pid, starttime=st, boot_id=boot, wait=5)
         assert res["was_running"] and res["exited"], res
         assert proc.wait(5) == -15  # SIGTERM
         # gone: asking again is a no-op
-        assert agent.probe("agent_retire", pid=proc.pid, starttime=st,
+        assert agent.act("agent_retire", pid=proc.pid, starttime=st,
                            boot_id=boot) == {"was_running": False}
     finally:
         if proc.poll() is None:
@@ -42,5 +42,5 @@ def test_the_hello_names_the_agent_uniquely(agent: LocalTransport) -> None:
     assert hello["starttime"] == start_of(hello["pid"])
     assert hello["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     # the agent never ends itself
-    assert agent.probe("agent_retire", pid=hello["pid"], starttime=hello["starttime"],
+    assert agent.act("agent_retire", pid=hello["pid"], starttime=hello["starttime"],
                        boot_id=hello["boot_id"]) == {"was_running": False}

@@ -392,7 +392,7 @@ def test_stage_kind_parameters_are_inert(tmp_path: Path, box: SimBox) -> None:
         host = box.host()
         try:
             for sd in (state, f"{state}-extra"):
-                host.probe("server_stop", state_dir=sd, grace=5)
+                host.act("server_stop", state_dir=sd, grace=5)
         finally:
             host.transport.close()
     assert_no_canary(canary)

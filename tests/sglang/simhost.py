@@ -195,7 +195,7 @@ class SGLangSim:
             return
         host = self.connect()
         for sd in self._state_dirs:
-            host.probe("server_stop", state_dir=sd, grace=5)
+            host.act("server_stop", state_dir=sd, grace=5)
         self._state_dirs.clear()
         deadline = time.monotonic() + 10
         while self.port_open() and time.monotonic() < deadline:

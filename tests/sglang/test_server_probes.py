@@ -53,7 +53,7 @@ def test_supervisor_masks_the_key_even_split_across_writes(agent: LocalTransport
         "sys.exit(3)\n")
     write_launch(sd, code)
     (sd / "server.log").write_text("previous run\n")
-    res = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+    res = agent.act("server_start", state_dir=str(sd), python=sys.executable)
     pid = res["pidfile"]["pid"]
     assert res["pidfile"]["managed_by"] == "background"
     assert wait_until(lambda: (sd / "server.exit").exists())
@@ -79,13 +79,13 @@ def test_stop_kills_the_whole_group_after_the_grace(agent: LocalTransport,
             "print('child', child.pid, flush=True)\n"
             "time.sleep(300)\n")
     write_launch(sd, code, key=False)
-    info = agent.probe("server_start", state_dir=str(sd), python=sys.executable)["pidfile"]
+    info = agent.act("server_start", state_dir=str(sd), python=sys.executable)["pidfile"]
     # the line may reach the log in pieces: wait for all of it
     assert wait_until(lambda: re.search(r"child (\d+)\n", (sd / "server.log").read_text()))
     child = int(re.search(r"child (\d+)\n", (sd / "server.log").read_text()).group(1))
     st = agent.probe("server_status", state_dir=str(sd))
     assert st["process"]["same_process"] and st["process"]["uptime_s"] is not None
-    res = agent.probe("server_stop", state_dir=str(sd), grace=0.5)
+    res = agent.act("server_stop", state_dir=str(sd), grace=0.5)
     assert res == {**res, "was_running": True, "stopped": True, "forced": True,
                    "pid": info["pid"]}
     # what outlived the SIGTERM is named: the server and its child (which inherited SIG_IGN)
@@ -94,7 +94,7 @@ def test_stop_kills_the_whole_group_after_the_grace(agent: LocalTransport,
     assert held[info["pid"]]["comm"].startswith("python") and held[info["pid"]]["state"] in "SR"
     assert not Path(f"/proc/{child}").exists() or b"Z" in Path(
         f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1][:3]
-    assert agent.probe("server_stop", state_dir=str(sd))["was_running"] is False
+    assert agent.act("server_stop", state_dir=str(sd))["was_running"] is False
 
 
 def test_a_recycled_pid_is_not_our_server(agent: LocalTransport, tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_a_recycled_pid_is_not_our_server(agent: LocalTransport, tmp_path: Path)
     st = agent.probe("server_status", state_dir=str(sd))
     assert st["process"]["alive"] is True
     assert st["process"]["same_process"] is False
-    assert agent.probe("server_stop", state_dir=str(sd))["was_running"] is False
+    assert agent.act("server_stop", state_dir=str(sd))["was_running"] is False
     assert Path(f"/proc/{me}").exists()
 
 
@@ -191,12 +191,12 @@ def test_a_repeated_start_reports_the_running_server(agent: LocalTransport,
                                                      tmp_path: Path) -> None:
     sd = tmp_path / "run"
     write_launch(sd, "import time; time.sleep(300)", key=False)
-    first = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+    first = agent.act("server_start", state_dir=str(sd), python=sys.executable)
     sup, pid = first["supervisor_pid"], first["pidfile"]["pid"]
     try:
         assert "repeated" not in first
         # the same request again, as the client re-sends it after a dropped connection
-        again = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+        again = agent.act("server_start", state_dir=str(sd), python=sys.executable)
         assert again.get("repeated") is True
         assert again["supervisor_pid"] == sup and again["pidfile"]["pid"] == pid
         assert json.loads((sd / "server.pid").read_text())["pid"] == pid
@@ -205,11 +205,11 @@ def test_a_repeated_start_reports_the_running_server(agent: LocalTransport,
                 and str(sd / "supervise.py").encode() in Path(f"/proc/{p}/cmdline").read_bytes()]
         assert sups == [str(sup)]
         # after a stop, a start is a new server
-        stop = agent.probe("server_stop", state_dir=str(sd), grace=5)
+        stop = agent.act("server_stop", state_dir=str(sd), grace=5)
         assert stop["stopped"]
-        new = agent.probe("server_start", state_dir=str(sd), python=sys.executable)
+        new = agent.act("server_start", state_dir=str(sd), python=sys.executable)
         assert "repeated" not in new and new["supervisor_pid"] != sup
-        agent.probe("server_stop", state_dir=str(sd), grace=5)
+        agent.act("server_stop", state_dir=str(sd), grace=5)
     finally:
         for p in (pid, sup):
             if alive(p):

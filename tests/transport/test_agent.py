@@ -17,7 +17,7 @@ from orchestrator.config.model import HostSpec
 from orchestrator.errors import CommandTimeout, ConnectError, ConnectionLost
 from orchestrator.remote import agent, probes
 from orchestrator.transports import LocalTransport
-from orchestrator.transports.agent_client import agent_source, shipped_modules
+from orchestrator.transports.agent_client import BOOTSTRAP, agent_source, shipped_modules
 from tests.sshd import pids_matching, wait_until
 from tests.transport.helpers import Background, gone, unique_sleep_arg
 
@@ -64,6 +64,12 @@ def test_agent_runs_on_python_38(tmp_path: Path) -> None:
         t.write_file(str(tmp_path / "a" / "b"), b"x", mode=0o600)
         assert t.read_file(str(tmp_path / "a" / "b")) == b"x"
         assert set(t.agent_info["probes"]) >= {"python", "os", "disk_free", "path", "env"}
+        # every shipped module loads under 3.8, the programs run by another python included
+        assert t.agent_info["module_errors"] == {}
+        assert "server_start" in t.agent_info["actions"]
+        assert t.probe("uvm_facts", timeout=30)["cuda_init"]["source"] in (
+            "libcuda", "simhw", "unknown")
+        assert t.act("server_stop", state_dir=str(tmp_path))["was_running"] is False
         with pytest.raises(CommandTimeout):
             t.run("sleep 5", timeout=0.3)
     finally:
@@ -123,7 +129,7 @@ def test_agent_terminated_kills_its_commands() -> None:
 
 def test_agent_gives_up_on_a_silent_client() -> None:
     """A client that vanished without closing (frozen machine): the agent cleans up itself."""
-    proc = subprocess.Popen([sys.executable, "-c", agent.BOOTSTRAP], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
