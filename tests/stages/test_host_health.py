@@ -155,8 +155,11 @@ def test_uvm_cgroup_fault_is_repaired_through_the_hypervisor(rig: Rig) -> None:
     assert f"add '{line}' as line" in verdict.reason and "/etc/pve/lxc/101.conf" in verdict.reason
     assert "pct stop 101 && pct start 101" in verdict.reason
     assert rig.conf.read_text() == faulted  # the check is read-only
+    assert verdict.plan.hv.ctid == 101 and verdict.plan.problem.key == "uvm"
 
-    stage.apply(rig.host, ctx)
+    opened = len(rig.opened)
+    stage.apply(rig.host, ctx, verdict.plan)  # as the runner does: check's plan, its connection
+    assert len(rig.opened) == opened
     stage.verify(rig.host, ctx)
     conf = rig.conf.read_text()
     assert line in conf.splitlines()
