@@ -17,9 +17,7 @@ playbook is read.
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -31,8 +29,14 @@ from orchestrator.config.loader import load_inventory
 from orchestrator.config.model import HostSpec, Inventory, Playbook, StageSpec
 from orchestrator.config.variables import host_variables
 from orchestrator.errors import ConfigError, OrchestratorError, StageError
+from orchestrator.facts import to_data
+from orchestrator.facts.http import HttpAnswer
+from orchestrator.facts.logs import LogChunk, LogTail
+from orchestrator.facts.server import ServerStatus, ServerStop
+from orchestrator.host import Host
 from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
+from orchestrator.sglang.layout import DEFAULT_HOST, DEFAULT_PORT, ServerLayout, local_url
 from orchestrator.transports import make_transport
 from orchestrator.transports.base import Transport
 
@@ -46,18 +50,24 @@ class ServiceTarget:
     name: str
     spec: HostSpec
     state_dir: str
-    api_host: str = "127.0.0.1"
-    port: int = 30000
+    api_host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
     api_key: str | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
-        host = self.api_host if self.api_host not in ("0.0.0.0", "::") else "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        """The API as seen on the host."""
+        return local_url(self.api_host, self.port)
+
+    @property
+    def layout(self) -> ServerLayout:
+        """The files of its state dir."""
+        return ServerLayout(self.state_dir)
 
     @property
     def log_path(self) -> str:
-        return f"{self.state_dir.rstrip('/')}/server.log"
+        """STATE_DIR/server.log."""
+        return self.layout.log
 
 
 def _empty_playbook() -> Playbook:
@@ -92,13 +102,13 @@ def resolve_targets(
         if key:
             REDACTOR.add(str(key))
         try:
-            port = int(variables.get("sglang_port") or 30000)
+            port = int(variables.get("sglang_port") or DEFAULT_PORT)
         except (TypeError, ValueError):
             raise ConfigError(f"host {name}: sglang_port {variables.get('sglang_port')!r} is "
                               "not a port number") from None
         targets.append(ServiceTarget(
             name=name, spec=inv.hosts[name], state_dir=str(sdir),
-            api_host=str(variables.get("sglang_host") or "127.0.0.1"), port=port,
+            api_host=str(variables.get("sglang_host") or DEFAULT_HOST), port=port,
             api_key=str(key) if key else None,
         ))
     if explicit and missing:
@@ -112,102 +122,126 @@ def resolve_targets(
     return targets
 
 
-def _connect(target: ServiceTarget, factory: TransportFactory | None,
-             budget: float) -> Transport:
+def open_host(target: ServiceTarget, factory: TransportFactory | None, budget: float,
+              cancelled: threading.Event | None = None) -> Host:
+    """A Host for one target (its actions are refused once `cancelled` is set)."""
     t = (factory or make_transport)(target.spec)
     t.connect(budget=budget)
-    return t
+    return Host(target.spec, t, dict(target.spec.vars), cancelled=cancelled)
 
 
-def _json_body(res: dict[str, Any]) -> Any:
-    if res.get("status") != 200:
-        return None
-    try:
-        return json.loads(res.get("body") or "")
-    except ValueError:
-        return None
-
-
-def host_status(target: ServiceTarget, transport: Transport) -> dict[str, Any]:
-    """The state of one host's server: running/stopped/dead, pid, uptime, model, readiness."""
-    st = transport.probe("server_status", state_dir=target.state_dir, host=target.api_host,
-                         port=target.port)
-    proc = st["process"]
-    pidfile = st.get("pidfile") or {}
-    exit_rec = st.get("exit") or {}
-    launch_raw = transport.read_file(f"{target.state_dir.rstrip('/')}/launch.json")
-    try:
-        launch = json.loads(launch_raw) if launch_raw else {}
-    except ValueError:
-        launch = {}
-    out: dict[str, Any] = {
-        "host": target.name, "state_dir": target.state_dir, "url": target.url,
-        "pid": proc.get("pid") if proc.get("same_process") else None,
-        "uptime_s": proc.get("uptime_s"),
-        "model": launch.get("served_model_name") or launch.get("model_path"),
-        "speculative_algorithm": launch.get("speculative_algorithm"),
-        "managed_by": pidfile.get("managed_by") or launch.get("managed_by"),
-        "ready": False, "accept_length": None, "version": None, "detail": None,
-    }
-    if proc.get("same_process"):
-        out["state"] = "running"
-    elif not pidfile:
-        out["state"] = "stopped"
-        out["detail"] = "never started from this state dir"
-    elif exit_rec.get("stop_requested") or st.get("stop_requested"):
-        out["state"] = "stopped"
-        out["detail"] = "stopped on request"
-    else:
-        out["state"] = "dead"
-        if exit_rec.get("code") is not None:
-            out["detail"] = f"exited with code {exit_rec['code']}"
-        elif exit_rec.get("signal"):
-            out["detail"] = f"killed by signal {exit_rec['signal']}"
-        else:
-            out["detail"] = "process gone (host rebooted or killed)"
-    listener = st.get("listener")
-    if listener is not None and not listener.get("ours"):
-        out["detail"] = (f"port {target.port} held by a process not started by us (pid "
-                         f"{listener.get('pid')})")
-    health = st.get("health") or {}
-    out["ready"] = health.get("status") == 200 and out["state"] == "running"
-    if out["state"] == "running" and not out["ready"]:
-        out["detail"] = "starting: " + (health.get("error") or f"/health {health.get('status')}"
-                                        if health else "port not listening yet")
-    if out["ready"]:
-        headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
-        res = transport.probe("http", url=target.url + "/server_info", headers=headers,
-                              timeout=10)
-        info = _json_body(res)
-        if isinstance(info, dict):
-            out["version"] = info.get("version")
-            states = info.get("internal_states") or []
-            if states and isinstance(states[0], dict):
-                out["accept_length"] = states[0].get("avg_spec_accept_length")
-            out["speculative_algorithm"] = info.get("speculative_algorithm",
-                                                    out["speculative_algorithm"])
-        elif res.get("status") == 401:
-            out["detail"] = "/server_info needs the API key (--var api_key=... or SGLANG_API_KEY)"
-    return out
-
-
-def _on_each(targets: list[ServiceTarget], fn: Callable[[ServiceTarget, Transport],
-                                                         dict[str, Any]],
+def _on_each(targets: list[ServiceTarget], fn: Callable[[ServiceTarget, Host], dict[str, Any]],
              factory: TransportFactory | None, budget: float) -> list[dict[str, Any]]:
-    """fn(target, its connection) on every target in parallel; a host that fails is reported."""
+    """fn(target, its Host) on every target, one thread per host; a host that fails is
+    reported. Ctrl-C cancels: no host starts a command or an action after it."""
+    cancelled = threading.Event()
+
     def one(target: ServiceTarget) -> dict[str, Any]:
         try:
-            t = _connect(target, factory, budget)
+            host = open_host(target, factory, budget, cancelled)
             try:
-                return fn(target, t)
+                return fn(target, host)
             finally:
-                t.close()
+                host.transport.close()
         except OrchestratorError as exc:
             return {"host": target.name, "state": "unreachable" if exc.exit_code == 3 else "error",
                     "error": REDACTOR.redact(exc.render()), "exit_code": exc.exit_code}
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as ex:
-        return list(ex.map(one, targets))
+        try:
+            return list(ex.map(one, targets))
+        except KeyboardInterrupt:
+            cancelled.set()
+            raise
+
+
+# ------------------------------------------------------------------------------ status
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """What status shows of STATE_DIR/launch.json (written by sglang_server)."""
+
+    model: str | None = None
+    speculative_algorithm: str | None = None
+    managed_by: str | None = None
+
+    @classmethod
+    def read(cls, host: Host, layout: ServerLayout) -> LaunchRecord:
+        """The launch spec of the last launch (empty when absent or unreadable)."""
+        try:
+            raw = host.read_json(layout.launch)
+        except ValueError:
+            raw = None
+        if not isinstance(raw, dict):
+            return cls()
+        return cls(model=raw.get("served_model_name") or raw.get("model_path"),
+                   speculative_algorithm=raw.get("speculative_algorithm"),
+                   managed_by=raw.get("managed_by"))
+
+
+def _state(st: ServerStatus) -> tuple[str, str | None]:
+    """running / stopped / dead, and why."""
+    if st.running:
+        return "running", None
+    if st.pidfile is None:
+        return "stopped", "never started from this state dir"
+    rec = st.exit
+    if (rec is not None and rec.stop_requested) or st.stop_requested:
+        return "stopped", "stopped on request"
+    if rec is not None and rec.code is not None:
+        return "dead", f"exited with code {rec.code}"
+    if rec is not None and rec.signal:
+        return "dead", f"killed by signal {rec.signal}"
+    return "dead", "process gone (host rebooted or killed)"
+
+
+def status_row(target: ServiceTarget, st: ServerStatus, launch: LaunchRecord) -> dict[str, Any]:
+    """One status row from the facts (before /server_info): state, pid, model, readiness."""
+    state, detail = _state(st)
+    out: dict[str, Any] = {
+        "host": target.name, "state_dir": target.state_dir, "url": target.url,
+        "pid": st.process.pid if st.running else None, "uptime_s": st.process.uptime_s,
+        "model": launch.model, "speculative_algorithm": launch.speculative_algorithm,
+        "managed_by": (st.pidfile.managed_by if st.pidfile else None) or launch.managed_by,
+        "ready": False, "accept_length": None, "version": None, "detail": detail,
+        "state": state,
+    }
+    if st.foreign_listener is not None:
+        out["detail"] = (f"port {target.port} held by a process not started by us (pid "
+                         f"{st.foreign_listener.pid})")
+    health = st.health
+    out["ready"] = health is not None and health.ok and state == "running"
+    if state == "running" and not out["ready"]:
+        out["detail"] = "starting: " + ((health.error or f"/health {health.status}")
+                                        if health else "port not listening yet")
+    return out
+
+
+def add_server_info(row: dict[str, Any], res: HttpAnswer) -> None:
+    """Version, accept length and algorithm from /server_info (or why it was refused)."""
+    info = res.json_if_ok()
+    if isinstance(info, dict):
+        row["version"] = info.get("version")
+        states = info.get("internal_states") or []
+        if states and isinstance(states[0], dict):
+            row["accept_length"] = states[0].get("avg_spec_accept_length")
+        row["speculative_algorithm"] = info.get("speculative_algorithm",
+                                                row["speculative_algorithm"])
+    elif res.status == 401:
+        row["detail"] = "/server_info needs the API key (--var api_key=... or SGLANG_API_KEY)"
+
+
+def host_status(target: ServiceTarget, host: Host) -> dict[str, Any]:
+    """The state of one host's server: running/stopped/dead, pid, uptime, model, readiness."""
+    st = host.fact(ServerStatus, state_dir=target.state_dir, host=target.api_host,
+                   port=target.port)
+    row = status_row(target, st, LaunchRecord.read(host, target.layout))
+    if row["ready"]:
+        headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+        add_server_info(row, host.fact(HttpAnswer, url=target.url + "/server_info",
+                                       headers=headers, timeout=10))
+    return row
 
 
 def collect_status(targets: list[ServiceTarget], *, factory: TransportFactory | None = None,
@@ -223,41 +257,6 @@ def status_exit_code(rows: list[dict[str, Any]]) -> int:
     return 0 if all(r.get("state") == "running" and r.get("ready") for r in rows) else 1
 
 
-def _fmt_uptime(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(seconds)
-    if s >= 86400:
-        return f"{s // 86400}d{(s % 86400) // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s}s"
-
-
-def render_status(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table of status rows."""
-    head = ["HOST", "STATE", "PID", "UPTIME", "MODEL", "SPEC", "READY", "ACCEPT", "DETAIL"]
-    table = [head]
-    for r in rows:
-        acc = r.get("accept_length")
-        table.append([
-            str(r.get("host")), str(r.get("state")), str(r.get("pid") or "-"),
-            _fmt_uptime(r.get("uptime_s")), str(r.get("model") or "-"),
-            str(r.get("speculative_algorithm") or "-"),
-            "yes" if r.get("ready") else "no",
-            f"{acc:.2f}" if isinstance(acc, (int, float)) else "-",
-            str(r.get("detail") or r.get("error") or ""),
-        ])
-    widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
-    lines = []
-    for row in table:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------ logs
 
 
@@ -265,13 +264,26 @@ def tail_logs(targets: list[ServiceTarget], lines: int = 50, *,
               factory: TransportFactory | None = None, budget: float = 10.0
               ) -> list[dict[str, Any]]:
     """The last `lines` lines of each host's server log: [{"host", "lines"|"error"}]."""
-    def one(target: ServiceTarget, t: Transport) -> dict[str, Any]:
-        res = t.probe("log_tail", path=target.log_path, lines=lines)
-        if not res.get("exists"):
+    def one(target: ServiceTarget, host: Host) -> dict[str, Any]:
+        res = host.fact(LogTail, path=target.log_path, lines=lines)
+        if not res.exists:
             return {"host": target.name, "lines": [], "missing": target.log_path}
-        return {"host": target.name, "lines": res.get("lines") or []}
+        return {"host": target.name, "lines": list(res.lines)}
 
     return _on_each(targets, one, factory, budget)
+
+
+def _follow_one(target: ServiceTarget, host: Host, pos: tuple[int, int | None], partial: str,
+                write: Callable[[str], None]) -> tuple[tuple[int, int | None], str]:
+    """Print the new complete lines of one log; the new position and the unfinished line."""
+    res = host.fact(LogChunk, path=target.log_path, offset=pos[0], inode=pos[1])
+    if res.rotated:
+        write(f"{target.name} | --- log rotated (server restarted) ---")
+        partial = ""
+    *complete, rest = (partial + res.data).split("\n")
+    for line in complete:
+        write(f"{target.name} | {REDACTOR.redact(line.rstrip(chr(13)))}")
+    return (res.offset, res.inode), rest
 
 
 def follow_logs(
@@ -286,59 +298,49 @@ def follow_logs(
 ) -> None:
     """Print the last `lines` lines, then new lines as they come ("HOST | line"), until `stop`."""
     stop = stop or threading.Event()
-    conns: dict[str, Transport] = {}
-    pos: dict[str, tuple[int, Any]] = {}
+    hosts: dict[str, Host] = {}
+    pos: dict[str, tuple[int, int | None]] = {}
     partial: dict[str, str] = {}
     try:
         for target in targets:
-            conns[target.name] = _connect(target, factory, budget)
-            t = conns[target.name]
+            host = hosts[target.name] = open_host(target, factory, budget)
             # one read: the lines shown and where following starts (no line lost in between)
-            res = t.probe("log_tail", path=target.log_path, lines=lines, complete=True)
-            for line in res.get("lines") or []:
+            res = host.fact(LogTail, path=target.log_path, lines=lines, complete=True)
+            for line in res.lines:
                 write(f"{target.name} | {REDACTOR.redact(line)}")
-            pos[target.name] = (int(res.get("offset") or 0), res.get("inode"))
+            pos[target.name] = (res.offset, res.inode)
         while not stop.is_set():
             for target in targets:
-                offset, inode = pos[target.name]
-                res = conns[target.name].probe("log_read", path=target.log_path, offset=offset,
-                                               inode=inode)
-                if res.get("rotated"):
-                    write(f"{target.name} | --- log rotated (server restarted) ---")
-                    partial[target.name] = ""
-                text = partial.get(target.name, "") + (res.get("data") or "")
-                *complete, rest = text.split("\n")
-                for line in complete:
-                    write(f"{target.name} | {REDACTOR.redact(line.rstrip(chr(13)))}")
-                partial[target.name] = rest
-                pos[target.name] = (int(res.get("offset") or 0), res.get("inode"))
+                pos[target.name], partial[target.name] = _follow_one(
+                    target, hosts[target.name], pos[target.name], partial.get(target.name, ""),
+                    write)
             stop.wait(interval)
     finally:
-        for t in conns.values():
-            t.close()
+        for host in hosts.values():
+            host.transport.close()
 
 
 # ------------------------------------------------------------------------------ stop
 
 
-def stop_host(target: ServiceTarget, transport: Transport, grace: float = 60.0) -> dict[str, Any]:
+def stop_host(target: ServiceTarget, host: Host, grace: float = 60.0) -> dict[str, Any]:
     """Stop one host's server gracefully (systemd unit or process group)."""
-    st = transport.probe("server_status", state_dir=target.state_dir)
-    pidfile = st.get("pidfile") or {}
+    st = host.fact(ServerStatus, state_dir=target.state_dir)
+    unit = st.pidfile.systemd_unit if st.pidfile else None
     t0 = time.monotonic()
-    if pidfile.get("managed_by") == "systemd" and pidfile.get("unit"):
-        r = transport.run(shlex.join(["systemctl", "stop", str(pidfile["unit"])]),
-                          timeout=grace + 30)
+    if unit:
+        r = host.run_argv(["systemctl", "stop", unit], timeout=grace + 30)
         if not r.ok:
-            raise StageError(f"systemctl stop {pidfile['unit']} failed: {r.tail(5)}")
-    res = transport.probe("server_stop", state_dir=target.state_dir, grace=grace)
-    out = {"host": target.name, "pid": res.get("pid"), "was_running": res.get("was_running"),
-           "stopped": bool(res.get("stopped")), "forced": res.get("forced"),
-           "seconds": round(time.monotonic() - t0, 2)}
-    if res.get("holdouts"):
-        out["holdouts"] = res["holdouts"]
-    if res.get("error"):
-        out["error"] = res["error"]
+            raise StageError(f"systemctl stop {unit} failed: {r.tail(5)}")
+    res = ServerStop.from_answer(host.act("server_stop", state_dir=target.state_dir,
+                                          grace=grace))
+    out: dict[str, Any] = {"host": target.name, "pid": res.pid, "was_running": res.was_running,
+                           "stopped": res.stopped, "forced": res.forced,
+                           "seconds": round(time.monotonic() - t0, 2)}
+    if res.holdouts:
+        out["holdouts"] = to_data(res.holdouts)
+    if res.error:
+        out["error"] = res.error
     return out
 
 
@@ -346,4 +348,5 @@ def stop_all(targets: list[ServiceTarget], *, grace: float = 60.0,
              factory: TransportFactory | None = None, budget: float = 10.0
              ) -> list[dict[str, Any]]:
     """stop_host on every target, in parallel."""
-    return _on_each(targets, lambda target, t: stop_host(target, t, grace), factory, budget)
+    return _on_each(targets, lambda target, host: stop_host(target, host, grace), factory,
+                    budget)

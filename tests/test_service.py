@@ -163,8 +163,7 @@ def test_status_reports_a_dead_server_and_the_host_rule(sglang_sim: SGLangSim,
     ctx = StageContext(spec=StageSpec(id="server", uses="sglang_server"), run_id="t",
                        log=structlog.get_logger())
     host = sim.connect()
-    stage.check(host, ctx)
-    stage.apply(host, ctx)
+    stage.apply(host, ctx, stage.check(host, ctx).plan)  # as the runner does
     pid = ctx.facts["pid"]
     os.kill(pid, signal.SIGKILL)
     assert wait_for(lambda: pid not in sim.server_pids(), timeout=10)

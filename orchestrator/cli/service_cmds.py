@@ -74,8 +74,8 @@ def add_subcommands(sub: Any) -> None:
 
 
 def _targets(args: argparse.Namespace) -> tuple[list[Any], float]:
-    from orchestrator.cli.logsetup import configure
     from orchestrator.config import parse_cli_vars
+    from orchestrator.logs import configure
     from orchestrator.service import resolve_targets
 
     configure(None)  # warnings and worse to stderr; stdout stays clean for --json
@@ -96,8 +96,43 @@ def _out(text: str) -> None:
     sys.stdout.flush()
 
 
+def _fmt_uptime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s >= 86400:
+        return f"{s // 86400}d{(s % 86400) // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def render_status(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table of status rows (orchestrator.service.collect_status)."""
+    head = ["HOST", "STATE", "PID", "UPTIME", "MODEL", "SPEC", "READY", "ACCEPT", "DETAIL"]
+    table = [head]
+    for r in rows:
+        acc = r.get("accept_length")
+        table.append([
+            str(r.get("host")), str(r.get("state")), str(r.get("pid") or "-"),
+            _fmt_uptime(r.get("uptime_s")), str(r.get("model") or "-"),
+            str(r.get("speculative_algorithm") or "-"),
+            "yes" if r.get("ready") else "no",
+            f"{acc:.2f}" if isinstance(acc, (int, float)) else "-",
+            str(r.get("detail") or r.get("error") or ""),
+        ])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
+    lines = []
+    for row in table:
+        cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    from orchestrator.service import collect_status, render_status, status_exit_code
+    from orchestrator.service import collect_status, status_exit_code
 
     targets, budget = _targets(args)
     rows = collect_status(targets, budget=budget)
@@ -131,6 +166,18 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return code
 
 
+def _stopped_line(res: dict[str, Any]) -> str:
+    """"HOST: stopped pid N in Ss", with what ignored SIGTERM when it was forced."""
+    how = ""
+    if res.get("forced"):
+        left = ", ".join(f"{h['comm']} pid {h['pid']} ({h['state']}"
+                         + (f" in {h['wchan']}" if h.get("wchan") not in ("", "0") else "")
+                         + ")" for h in res.get("holdouts") or [])
+        how = " (SIGKILL after the grace period" + (
+            f"; still running then: {left}" if left else "") + ")"
+    return f"{res['host']}: stopped pid {res.get('pid')} in {res.get('seconds')}s{how}"
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     from orchestrator.service import stop_all
 
@@ -148,12 +195,5 @@ def cmd_stop(args: argparse.Namespace) -> int:
         elif not res.get("was_running"):
             _out(f"{host}: not running")
         else:
-            how = ""
-            if res.get("forced"):
-                left = ", ".join(f"{h['comm']} pid {h['pid']} ({h['state']}"
-                                 + (f" in {h['wchan']}" if h.get("wchan") not in ("", "0") else "")
-                                 + ")" for h in res.get("holdouts") or [])
-                how = " (SIGKILL after the grace period" + (
-                    f"; still running then: {left}" if left else "") + ")"
-            _out(f"{host}: stopped pid {res.get('pid')} in {res.get('seconds')}s{how}")
+            _out(_stopped_line(res))
     return code

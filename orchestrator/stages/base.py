@@ -4,7 +4,7 @@ A stage kind is a class registered under its YAML name via `__init_subclass__(ki
 pydantic `Params` model validated at load time. The runner calls, per host:
 
     check(host, ctx) -> Converged | Needed      # read-only, also used by --dry-run
-    apply(host, ctx)                             # only when Needed
+    apply(host, ctx, plan)                       # only when Needed; plan = Needed.plan
     verify(host, ctx)                            # after apply; raise StageError if not converged
 
 A stage never touches paramiko or Fabric; it talks to the host through `orchestrator.host.Host`.
@@ -33,9 +33,14 @@ class Converged:
 
 @dataclass(frozen=True)
 class Needed:
-    """The stage must apply; `reason` says what is missing (shown by --dry-run)."""
+    """The stage must apply; `reason` says what is missing (shown by --dry-run).
+
+    `plan` is what check() found and decided (the kind's own frozen value); the runner hands it
+    to `apply(host, ctx, plan)`, so nothing is kept on the stage between the two.
+    """
 
     reason: str
+    plan: Any = field(default=None, compare=False, repr=False)
 
 
 CheckResult = Converged | Needed
@@ -105,8 +110,8 @@ class Stage:
         """Look at the host (read-only) and say whether apply is needed."""
         return Needed("no check defined")
 
-    def apply(self, host: Host, ctx: StageContext) -> None:
-        """Make the change."""
+    def apply(self, host: Host, ctx: StageContext, plan: Any = None) -> None:
+        """Make the change (`plan`: the Needed.plan of check(), None when called alone)."""
         raise NotImplementedError
 
     def verify(self, host: Host, ctx: StageContext) -> None:

@@ -10,7 +10,7 @@ sim_host     factory: sim_host(fleet, "gpu-1") -> Host over SSH to a simulated h
 stage_ctx    factory: stage_ctx(stage_id="s", env=None, timeout=120) -> StageContext whose
              facts dict and progress messages (ctx.progress_messages) can be inspected
 converge     converge(stage, host, ctx) -> ("ok" | "changed", reason): what the runner does
-             (check; on Needed: apply then verify)
+             (check; on Needed: apply(plan) then verify)
 """
 
 from __future__ import annotations
@@ -83,7 +83,10 @@ def _converge(stage: Stage, host: Host, ctx: StageContext) -> tuple[str, str]:
     verdict = stage.check(host, ctx)
     if isinstance(verdict, Converged):
         return "ok", verdict.reason
-    stage.apply(host, ctx)
+    if verdict.plan is not None:  # as the runner does: apply gets what check decided
+        stage.apply(host, ctx, verdict.plan)
+    else:
+        stage.apply(host, ctx)
     stage.verify(host, ctx)
     return "changed", verdict.reason
 

@@ -1,0 +1,205 @@
+"""What `sglang_server` reads from the host besides the server status: the venv's versions,
+both checkpoints (config, identity, weight size), the GPUs, SGLang's own argument validation,
+and the preflight report assembled from them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import CommandTimeout
+from orchestrator.facts.hardware import GpuHealth
+from orchestrator.facts.venv import VenvVersions
+from orchestrator.host import Host
+from orchestrator.remote import source
+from orchestrator.sglang.preflight import (
+    NVFP4_FORMAT,
+    HostFacts,
+    LaunchRequest,
+    NativeCheck,
+    Report,
+    quant_formats,
+    run_preflight,
+)
+from orchestrator.sglang.rules import Finding, Gpu
+
+if TYPE_CHECKING:  # stages import this module: no cycle at run time
+    from orchestrator.stages.base import StageContext
+
+#: programs run by the venv's python (real modules of orchestrator/remote/, shipped as text)
+_CHECK_SCRIPT = source("sglang_check")
+VENV_FACTS = source("venv_versions")
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The launch this deploy wants: server arguments, environment, fingerprint record."""
+
+    args: list[str]
+    env: dict[str, str]
+    fingerprint: dict[str, Any]
+
+
+def venv_versions(host: Host, python: str, timeout: float, nvfp4: bool = False) -> VenvVersions:
+    """The venv's python answers VENV_FACTS; a failing python is an `error`."""
+    argv = [python, "-c", VENV_FACTS] + (["--nvfp4"] if nvfp4 else [])
+    r = host.run_argv(argv, timeout=max(60.0, timeout))
+    if not r.ok:
+        return VenvVersions.from_answer({"error": f"`{python}` failed (exit {r.exit_code}): "
+                                                  f"{r.tail(3) or 'no output'}"})
+    try:
+        answer = json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        answer = {"error": f"unexpected output of {python}: {r.tail(3)}"}
+    return VenvVersions.from_answer(answer)
+
+
+def read_config(host: Host, path: str | None) -> dict[str, Any] | None:
+    """PATH/config.json as a dict, or None."""
+    if not path:
+        return None
+    try:
+        data = host.read_json(f"{path.rstrip('/')}/config.json")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _sha16(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def identity(host: Host, path: str | None) -> str | None:
+    """A checkpoint's identity for the fingerprint: its commit, else a hash of what is there."""
+    if not path:
+        return None
+    base = path.rstrip("/")
+    raw = host.read_file(f"{base}/.orchestrator/manifest.json")
+    if raw is not None:
+        try:
+            man = json.loads(raw)
+        except ValueError:
+            man = None
+        if isinstance(man, dict):
+            for key in ("commit", "sha", "revision_sha"):
+                if isinstance(man.get(key), str):
+                    return f"commit:{man[key]}"
+        return f"manifest:{_sha16(raw)}"
+    cfg = host.read_file(f"{base}/config.json")
+    return f"config:{_sha16(cfg)}" if cfg is not None else "missing"
+
+
+def weight_bytes(host: Host, path: str | None) -> int | None:
+    """metadata.total_size of the checkpoint's model.safetensors.index.json, if any."""
+    if not path:
+        return None
+    try:
+        index = host.read_json(f"{path.rstrip('/')}/model.safetensors.index.json")
+    except ValueError:
+        return None
+    size = (index or {}).get("metadata", {}).get("total_size") if isinstance(
+        index, dict) else None
+    return int(size) if isinstance(size, (int, float)) and size > 0 else None
+
+
+def _cc(value: str | None) -> tuple[int, int] | None:
+    """"12.0" -> (12, 0); None when it is not MAJOR.MINOR."""
+    major, dot, minor = str(value or "").partition(".")
+    return (int(major), int(minor)) if dot and major.isdigit() and minor.isdigit() else None
+
+
+def launch_gpus(gpu: GpuHealth) -> tuple[list[Gpu], str | None]:
+    """The GPUs the launch rules check, or why there are none."""
+    out = []
+    for d in gpu.devices:
+        cc = _cc(d.compute_capability)
+        if d.index is not None and cc is not None and d.memory_total_mib is not None:
+            out.append(Gpu(d.index, cc, d.memory_total_mib))
+    if out:
+        return out, None
+    return [], gpu.error or "no GPU reported a compute capability"
+
+
+def native_check(host: Host, ctx: StageContext, python: str, timeout: float,
+                 desired: Desired) -> NativeCheck:
+    """SGLang's own parsing + ServerArgs validation in the venv (no weights are loaded)."""
+    ctx.progress(f"checking the launch with SGLang's own argument validation "
+                 f"(up to {timeout:.0f}s)")
+    started = time.monotonic()
+    try:
+        r = host.run_argv([python, "-c", _CHECK_SCRIPT, json.dumps(desired.args)],
+                          timeout=timeout, env=desired.env)
+    except CommandTimeout:
+        return NativeCheck(True, kind="timeout", seconds=time.monotonic() - started)
+    for line in reversed(r.stdout.splitlines()):
+        if line.startswith("ORCH_RESULT "):
+            try:
+                got = json.loads(line[len("ORCH_RESULT "):])
+            except ValueError:
+                break
+            return NativeCheck(bool(got.get("available")), bool(got.get("ok")),
+                               str(got.get("kind") or ""), str(got.get("message") or ""),
+                               float(got.get("seconds") or 0.0))
+    return NativeCheck(False, kind="no answer", message=r.tail(3))
+
+
+def _nvfp4(host: Host, p: Any, target: dict[str, Any] | None,
+           venv: VenvVersions) -> VenvVersions:
+    """With an NVFP4 checkpoint: import compressed_tensors for real."""
+    if NVFP4_FORMAT not in quant_formats(target) or venv.sglang is None:
+        return venv
+    probed = venv_versions(host, p.python, p.check_timeout, nvfp4=True)
+    return probed if not probed.error else replace(venv, nvfp4=None, nvfp4_error=probed.error)
+
+
+def host_facts(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: VenvVersions,
+               gpu: GpuHealth) -> tuple[HostFacts, str | None]:
+    """The preflight's facts (and why GPU rules must be skipped, if they must)."""
+    target = read_config(host, p.model_path)
+    venv = _nvfp4(host, p, target, venv)
+    facts = HostFacts(
+        python=p.python, sglang_version=venv.sglang,
+        compressed_tensors_version=venv.compressed_tensors,
+        nvfp4_known=venv.nvfp4, nvfp4_error=venv.nvfp4_error,
+        target_config=target, draft_config=read_config(host, p.draft_model_path),
+        env=dict(desired.env),
+        target_weight_bytes=weight_bytes(host, p.model_path),
+        draft_weight_bytes=weight_bytes(host, p.draft_model_path),
+    )
+    gpu_note = None
+    if facts.sglang_version:
+        facts.gpus, gpu_note = launch_gpus(gpu)
+        if p.native_check:
+            facts.native = native_check(host, ctx, p.python, p.check_timeout, desired)
+    return facts, gpu_note
+
+
+def preflight(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: VenvVersions,
+              gpu: GpuHealth, mode: str | None) -> Report:
+    """Run the preflight on the host's facts; record and log its outcome."""
+    facts, gpu_note = host_facts(host, ctx, p, desired, venv, gpu)
+    request = LaunchRequest(args=desired.args, model_path=p.model_path,
+                            draft_model_path=p.draft_model_path, extra_args=p.extra_args)
+    report = run_preflight(request, facts)
+    if venv.error and not facts.sglang_version:
+        report.findings[:1] = [Finding("stage.broken-venv", "start",
+                                       f"{p.python}: {venv.error}; run the venv and "
+                                       "pip stages first")]
+    if gpu_note:
+        report.warn("stage.no-gpu-facts", f"GPU rules skipped: {gpu_note}")
+    if p.autostart and mode == "background":
+        report.refuse("stage.autostart-without-systemd", "start",
+                      "autostart: true needs systemd (PID 1 systemd and systemctl, as root); "
+                      "this host has none: set autostart: false and re-run the deploy after "
+                      "a reboot")
+    native = report.native
+    ctx.record("preflight", {
+        "flags": report.flags_source, "rules": report.rules,
+        "native": None if native is None else ("ok" if native.ok else native.kind)
+        if native.available else "unavailable"})
+    for w in report.warnings:
+        ctx.log.warning("sglang.preflight", warning=w)
+    return report

@@ -1,0 +1,178 @@
+"""Pure rules of the `sglang_server` stage: typed facts and parameters in, a decision out.
+
+No host is touched here; tests/stages/sglang_rules/*.json drive these from tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.errors import StageError
+from orchestrator.facts.hardware import GpuUser
+from orchestrator.facts.server import ExitRecord, Listener, ServerStatus, SystemdInfo
+from orchestrator.sglang import launch
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the running server means: converged (nothing to do) or why a launch is needed."""
+
+    converged: bool
+    reason: str
+
+
+def fmt_cmd(argv: list[str] | tuple[str, ...], limit: int = 160) -> str:
+    """A command line for a message, cut to `limit` characters."""
+    text = " ".join(argv)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_foreign(listener: Listener) -> str:
+    """Who holds the port, for a message."""
+    if listener.pid is None:
+        return "a process this user cannot see"
+    return f"pid {listener.pid}, cmdline {fmt_cmd(listener.cmdline) or '?'}"
+
+
+def stale_refusal(listener: Listener, held: list[GpuUser], *, bind: str, port: int,
+                  stop_stale: bool) -> StageError | None:
+    """A foreign process on our port: an error unless `stop_stale` (then None)."""
+    if stop_stale:
+        return None
+    who = describe_foreign(listener)
+    if held:
+        who += (f"; it also holds {sum(a.used_mib or 0 for a in held)} MiB on "
+                f"{len(held)} GPU(s)")
+    return StageError(f"a process not started by us ({who}) holds {bind}:{port}",
+                      hint=f"stop it (kill {listener.pid}) or set `stop_stale: true` on this "
+                      "stage to have it stopped, or use another port")
+
+
+def _same_launch(status: ServerStatus, want: str) -> bool:
+    recorded = status.recorded_fingerprint
+    pid_fp = status.pidfile.fingerprint if status.pidfile else None
+    return status.fingerprint is not None and recorded == want and pid_fp in (None, want)
+
+
+def _running_verdict(status: ServerStatus, desired_fp: dict[str, Any],
+                     restart_after: float) -> Verdict:
+    pid = status.process.pid
+    if not _same_launch(status, desired_fp["fingerprint"]):
+        changes = launch.diff_fingerprints(status.fingerprint, desired_fp)
+        return Verdict(False, "running with a different launch fingerprint (changed: "
+                       + "; ".join(changes) + ")")
+    uptime = status.process.uptime_s or 0.0
+    health = status.health
+    if health is not None and health.ok:
+        return Verdict(True, f"running (pid {pid}, up {uptime:.0f}s) with the same launch "
+                       "fingerprint; /health 200")
+    state = (health.error if health else None) or \
+        f"/health {health.status if health else None}"
+    if status.listener is None:
+        state = "port not listening yet"
+    if uptime < restart_after:
+        return Verdict(True, f"running (pid {pid}, up {uptime:.0f}s) with the same launch "
+                       f"fingerprint, still loading ({state}); wait_ready waits for it")
+    return Verdict(False, f"running (pid {pid}) but not healthy ({state}) {uptime:.0f}s after "
+                   "its start: restart")
+
+
+def exit_how(rec: ExitRecord) -> str:
+    """"exit code N" or "signal N"."""
+    return f"exit code {rec.code}" if rec.code is not None else f"signal {rec.signal}"
+
+
+def server_verdict(status: ServerStatus, desired_fp: dict[str, Any], *, port: int,
+                   restart_after: float) -> Verdict:
+    """Converged when our server runs with the same fingerprint (healthy, or still loading)."""
+    foreign = status.foreign_listener
+    if status.running and foreign is None:
+        return _running_verdict(status, desired_fp, restart_after)
+    reason = "not running"
+    rec = status.exit
+    if rec is not None and not rec.stop_requested:
+        reason += f" (the last server exited with {exit_how(rec)})"
+    elif status.pidfile is not None and not status.stop_requested and rec is None:
+        reason += " (the recorded server is gone)"
+    if status.running:
+        reason = f"running (pid {status.process.pid})"
+    if foreign is not None:
+        reason += (f"; a process not started by us ({describe_foreign(foreign)}) holds port "
+                   f"{port}: it will be stopped (stop_stale)")
+    return Verdict(False, reason)
+
+
+def other_gpu_users(status: ServerStatus, processes: tuple[GpuUser, ...] | list[GpuUser],
+                    *, stop_stale: bool) -> list[str]:
+    """GPU memory held by processes that are not our running server, one line per pid."""
+    ours: set[int | None] = set()
+    if status.running and status.pidfile is not None:
+        ours = {status.pidfile.pid, status.pidfile.supervisor_pid}
+    per_pid: dict[int, list[GpuUser]] = {}
+    for a in processes:
+        if a.pid not in ours:
+            per_pid.setdefault(a.pid, []).append(a)
+    listener = status.listener
+    out = []
+    for pid, rows in sorted(per_pid.items()):
+        mib = sum(r.used_mib or 0 for r in rows)
+        note = " (on our port: stop_stale stops it)" if listener is not None and \
+            listener.pid == pid and stop_stale else ""
+        out.append(f"pid {pid} ({rows[0].name}, {len(rows)} GPU(s), {mib} MiB){note}")
+    return out
+
+
+def launch_mode(systemd: str, info: SystemdInfo | None) -> str:
+    """"systemd" or "background", from the `systemd:` parameter and the host."""
+    if systemd == "never" or info is None:
+        return "background"
+    if systemd == "always" and not info.usable:
+        raise StageError(
+            "systemd: always, but this host is not run by systemd (PID 1: "
+            f"{info.pid1}, systemctl: {info.systemctl or 'missing'}, uid "
+            f"{info.uid})", hint="use systemd: auto or never")
+    return "systemd" if info.usable else "background"
+
+
+def lock_drift(entry: dict[str, Any], locked: dict[str, Any]) -> list[str]:
+    """How this launch differs from the locked one: args, bind, environment (not the version)."""
+    from orchestrator.stages._locking import arg_changes  # stages import this module
+
+    drift = []
+    if entry["args"] != locked.get("args"):
+        drift.append("launch arguments (lock -> this deploy): "
+                     + "; ".join(arg_changes(locked.get("args") or [], entry["args"])))
+    if entry["bind"] != locked.get("bind"):
+        drift.append(f"--host reaches {entry['bind']}, the lock's reached {locked.get('bind')}")
+    old_env = locked.get("env") or {}
+    if entry["env"] != old_env:
+        a, b = set(old_env.get("names") or []), set(entry["env"]["names"])
+        what = [f"+{n}" for n in sorted(b - a)] + [f"-{n}" for n in sorted(a - b)]
+        drift.append("server environment: " + (", ".join(what) if what else
+                                               "a value changed (sha256 differs)"))
+    return drift
+
+
+def version_drift(have: str | None, want: str | None, *, dry_run: bool) -> tuple[str, str] | None:
+    """("needed" | "refuse", message) when the installed SGLang is not the locked one."""
+    if have is None or have == want:
+        # not installed: under plan the packages stage would install the locked version;
+        # under deploy the preflight reports the broken venv
+        return None
+    if dry_run:
+        return ("needed", f"drift: sglang {have} installed, the lock has {want} (deploy "
+                "--locked installs the locked version first, then restarts)")
+    return ("refuse", f"sglang version: this deploy would run {have}, the lock has {want}")
+
+
+def started_too_soon(status: ServerStatus, pid: Any) -> str | None:
+    """verify: why the server we started is gone (None while it lives)."""
+    if status.running and status.pidfile is not None and status.pidfile.pid == pid:
+        return None
+    rec = status.exit
+    if rec is not None and rec.code is not None:
+        return f"exit code {rec.code}"
+    if rec is not None and rec.signal:
+        return f"signal {rec.signal}"
+    return "no exit record"
