@@ -1,8 +1,14 @@
-"""The event bus of a run and its file subscribers (events.jsonl, summary.json).
+"""The events of a run, the bus that delivers them, and the run's file subscribers.
 
-The runner publishes events; the JSON log, the console progress view and the run record are
-subscribers. Every event is a flat dict with at least `event`, `run_id` and `ts`; per-(host, stage)
-events also carry `host`, `stage` and `attempt`. Everything is redacted before it is written.
+The runner publishes typed events (one frozen dataclass per event, below); consumers implement
+the methods of `EventHandler` they need (one method per event, no-op defaults, as pyinfra's
+BaseStateCallback) and the bus calls them by the event's type. Every event serializes to the flat
+dict written as one line of events.jsonl: `event`, `run_id`, `ts`, then its fields (None fields
+left out). Everything is redacted before it is delivered.
+
+Log lines are not events: structlog output reaches the run's `RunLog` (see orchestrator/logs.py),
+which writes them into the same events.jsonl and hands them to LogHandlers; they never travel
+through the bus.
 """
 
 from __future__ import annotations
@@ -12,17 +18,18 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from orchestrator.redact import REDACTOR, Redactor
 
-Event = dict[str, Any]
-Subscriber = Callable[[Event], None]
-
 #: Statuses of a (host, stage) node, in the order the summary sorts them.
 STATUSES = ("ok", "changed", "would-change", "failed", "skipped", "unreachable", "interrupted")
+
+#: One line of events.jsonl (an event or a log line), as a dict.
+Record = dict[str, Any]
 
 
 def utc_now() -> str:
@@ -36,52 +43,465 @@ def new_run_id() -> str:
     return f"{stamp}-{os.urandom(3).hex()}"
 
 
+# -- the events -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Base of every event: `name` is its `event` value in events.jsonl, `method` its handler.
+
+    `run_id` and `ts` are stamped by the bus when it publishes the event.
+    """
+
+    name: ClassVar[str] = ""
+    method: ClassVar[str] = ""
+    run_id: str = ""
+    ts: str = ""
+
+    def payload(self) -> dict[str, Any]:
+        """The event's own fields (without run_id and ts), None ones left out."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("run_id", "ts") and getattr(self, f.name) is not None}
+
+    def to_record(self) -> Record:
+        """The dict written as one line of events.jsonl."""
+        return {"event": self.name, "run_id": self.run_id, "ts": self.ts, **self.payload()}
+
+    def redacted(self, redactor: Redactor) -> Event:
+        """A copy with every secret value masked."""
+        return replace(self, **{k: redactor.redact(v) for k, v in self.payload().items()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    """The run begins: its hosts, stage ids, node count and options."""
+
+    name: ClassVar[str] = "run.start"
+    method: ClassVar[str] = "on_run_started"
+
+    hosts: list[str]
+    stages: list[str]
+    nodes: int
+    dry_run: bool
+    forks: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunInterrupted(Event):
+    """Ctrl-C: remote commands are being stopped."""
+
+    name: ClassVar[str] = "run.interrupted"
+    method: ClassVar[str] = "on_run_interrupted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    """The run ended with this exit code."""
+
+    name: ClassVar[str] = "run.end"
+    method: ClassVar[str] = "on_run_finished"
+
+    exit_code: int
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostStarted(Event):
+    """A host's walk begins; `stages` are its stage ids."""
+
+    name: ClassVar[str] = "host.start"
+    method: ClassVar[str] = "on_host_started"
+
+    host: str
+    stages: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostWaiting(Event):
+    """The host's SSH is not up yet; waiting (attempt n)."""
+
+    name: ClassVar[str] = "host.waiting"
+    method: ClassVar[str] = "on_host_waiting"
+
+    host: str
+    attempt: int
+    elapsed_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostConnected(Event):
+    """The first connection to the host is open."""
+
+    name: ClassVar[str] = "host.connected"
+    method: ClassVar[str] = "on_host_connected"
+
+    host: str
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostLockTakenOver(Event):
+    """The deploy lock left by a run that is gone was taken over; `previous` names its holder."""
+
+    name: ClassVar[str] = "host.lock_takeover"
+    method: ClassVar[str] = "on_host_lock_taken_over"
+
+    host: str
+    path: str | None = None
+    previous: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostLockRetaken(Event):
+    """A re-opened connection took this run's deploy lock again."""
+
+    name: ClassVar[str] = "host.lock_retaken"
+    method: ClassVar[str] = "on_host_lock_retaken"
+
+    host: str
+    path: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostLockHeld(Event):
+    """Another deploy holds the host: nothing runs there."""
+
+    name: ClassVar[str] = "host.lock_held"
+    method: ClassVar[str] = "on_host_lock_held"
+
+    host: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostRebooted(Event):
+    """The host rebooted during the run: its stages are walked again (pass `next_pass`)."""
+
+    name: ClassVar[str] = "host.rebooted"
+    method: ClassVar[str] = "on_host_rebooted"
+
+    host: str
+    next_pass: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostUnreachable(Event):
+    """The host could not be reached (or was lost)."""
+
+    name: ClassVar[str] = "host.unreachable"
+    method: ClassVar[str] = "on_host_unreachable"
+
+    host: str
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostFinished(Event):
+    """A host's walk ended: ok, failed, unreachable or locked."""
+
+    name: ClassVar[str] = "host.end"
+    method: ClassVar[str] = "on_host_finished"
+
+    host: str
+    status: str
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageStarted(Event):
+    """A (host, stage) node starts (its kind named)."""
+
+    name: ClassVar[str] = "stage.start"
+    method: ClassVar[str] = "on_stage_started"
+
+    host: str
+    stage: str
+    kind: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageProgress(Event):
+    """A running stage reports progress."""
+
+    name: ClassVar[str] = "stage.progress"
+    method: ClassVar[str] = "on_stage_progress"
+
+    host: str
+    stage: str
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCheckRetry(Event):
+    """A stage's check was cut by a dropped connection and is asked again."""
+
+    name: ClassVar[str] = "stage.check_retry"
+    method: ClassVar[str] = "on_stage_check_retry"
+
+    host: str
+    stage: str
+    attempt: int
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageApply(Event):
+    """A stage's check found a change needed; applying it."""
+
+    name: ClassVar[str] = "stage.apply"
+    method: ClassVar[str] = "on_stage_apply"
+
+    host: str
+    stage: str
+    attempt: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommandRan(Event):
+    """A command a stage ran on the host, with its output tails."""
+
+    name: ClassVar[str] = "command"
+    method: ClassVar[str] = "on_command"
+
+    host: str
+    stage: str
+    attempt: int
+    command: str
+    exit_code: int
+    duration_s: float
+    timed_out: bool | None = None
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageRetry(Event):
+    """A stage attempt failed; retrying after `sleep_s`."""
+
+    name: ClassVar[str] = "stage.retry"
+    method: ClassVar[str] = "on_stage_retry"
+
+    host: str
+    stage: str
+    attempt: int
+    sleep_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageFinished(Event):
+    """A (host, stage) node ended: its status, duration, reason, attempts, error and facts."""
+
+    name: ClassVar[str] = "stage.end"
+    method: ClassVar[str] = "on_stage_finished"
+
+    host: str
+    stage: str
+    status: str
+    duration_s: float
+    reason: str | None = None
+    attempts: int | None = None
+    error: str | None = None
+    facts: dict[str, Any] | None = None
+    check_s: float | None = None
+
+
+#: Every event class, in the order a run publishes them.
+EVENT_TYPES: tuple[type[Event], ...] = (
+    RunStarted,
+    RunInterrupted,
+    RunFinished,
+    HostStarted,
+    HostWaiting,
+    HostConnected,
+    HostLockTakenOver,
+    HostLockRetaken,
+    HostLockHeld,
+    HostRebooted,
+    HostUnreachable,
+    HostFinished,
+    StageStarted,
+    StageProgress,
+    StageCheckRetry,
+    StageApply,
+    CommandRan,
+    StageRetry,
+    StageFinished,
+)
+
+
+class EventHandler:
+    """The callback interface of a run: one method per event, each a no-op by default.
+
+    Subclass it and implement the methods you need; `EventBus.subscribe` registers it.
+    """
+
+    def on_run_started(self, e: RunStarted) -> None:
+        """`run.start`."""
+
+    def on_run_interrupted(self, e: RunInterrupted) -> None:
+        """`run.interrupted`."""
+
+    def on_run_finished(self, e: RunFinished) -> None:
+        """`run.end`."""
+
+    def on_host_started(self, e: HostStarted) -> None:
+        """`host.start`."""
+
+    def on_host_waiting(self, e: HostWaiting) -> None:
+        """`host.waiting`."""
+
+    def on_host_connected(self, e: HostConnected) -> None:
+        """`host.connected`."""
+
+    def on_host_lock_taken_over(self, e: HostLockTakenOver) -> None:
+        """`host.lock_takeover`."""
+
+    def on_host_lock_retaken(self, e: HostLockRetaken) -> None:
+        """`host.lock_retaken`."""
+
+    def on_host_lock_held(self, e: HostLockHeld) -> None:
+        """`host.lock_held`."""
+
+    def on_host_rebooted(self, e: HostRebooted) -> None:
+        """`host.rebooted`."""
+
+    def on_host_unreachable(self, e: HostUnreachable) -> None:
+        """`host.unreachable`."""
+
+    def on_host_finished(self, e: HostFinished) -> None:
+        """`host.end`."""
+
+    def on_stage_started(self, e: StageStarted) -> None:
+        """`stage.start`."""
+
+    def on_stage_progress(self, e: StageProgress) -> None:
+        """`stage.progress`."""
+
+    def on_stage_check_retry(self, e: StageCheckRetry) -> None:
+        """`stage.check_retry`."""
+
+    def on_stage_apply(self, e: StageApply) -> None:
+        """`stage.apply`."""
+
+    def on_command(self, e: CommandRan) -> None:
+        """`command`."""
+
+    def on_stage_retry(self, e: StageRetry) -> None:
+        """`stage.retry`."""
+
+    def on_stage_finished(self, e: StageFinished) -> None:
+        """`stage.end`."""
+
+
+# -- delivery ---------------------------------------------------------------------------------
+
+RecordSink = Callable[[Record], None]
+
+
+@runtime_checkable
+class LogHandler(Protocol):
+    """A consumer that also wants the run's log lines (as their events.jsonl records)."""
+
+    def on_log(self, record: Record) -> None:
+        """One log line: `event` is the log message, `level` its level."""
+
+
 class EventBus:
-    """Fan events out to subscribers; thread-safe; a failing subscriber never breaks the run."""
+    """Deliver events to handlers by type, and their records to sinks; thread-safe.
+
+    A failing handler or sink never breaks the run.
+    """
 
     def __init__(self, run_id: str, redactor: Redactor = REDACTOR) -> None:
         self.run_id = run_id
         self.redactor = redactor
-        self._subs: list[Subscriber] = []
+        self._handlers: list[EventHandler] = []
+        self._sinks: list[RecordSink] = []
         self._lock = threading.Lock()
 
-    def subscribe(self, sub: Subscriber) -> None:
-        """Add a subscriber (called in the publishing thread, under the bus lock)."""
-        self._subs.append(sub)
+    def subscribe(self, handler: EventHandler) -> None:
+        """Add a handler (called in the publishing thread, under the bus lock)."""
+        self._handlers.append(handler)
 
-    def publish(self, event: str, **fields: Any) -> Event:
-        """Publish one event; returns the redacted event as delivered."""
-        data: Event = {"event": event, "run_id": self.run_id, "ts": utc_now()}
-        data.update({k: v for k, v in fields.items() if v is not None})
-        data = self.redactor.redact(data)
+    def add_sink(self, sink: RecordSink) -> None:
+        """Add a sink that receives every event as its events.jsonl record (e.g. JsonlWriter)."""
+        self._sinks.append(sink)
+
+    def publish(self, event: Event) -> Event:
+        """Stamp, redact and deliver one event; returns it as delivered."""
+        event = replace(event.redacted(self.redactor), run_id=self.run_id, ts=utc_now())
+        record = event.to_record()
         with self._lock:
-            for sub in self._subs:
-                try:
-                    sub(data)
-                except Exception:  # noqa: BLE001 - a broken view must not stop a deploy
-                    pass
-        return data
+            for sink in self._sinks:
+                _safely(sink, record)
+            for handler in self._handlers:
+                _safely(getattr(handler, event.method), event)
+        return event
+
+
+def _safely(call: Callable[[Any], None], arg: Any) -> None:
+    try:
+        call(arg)
+    except Exception:  # noqa: BLE001 - a broken view must not stop a deploy
+        pass
+
+
+class RunLog:
+    """Where a run's log lines go (apart from the bus): the events.jsonl writer and LogHandlers.
+
+    Called by the structlog pipeline (orchestrator/logs.py) with the log's event dict.
+    """
+
+    def __init__(self, run_id: str, sinks: list[RecordSink] | None = None,
+                 handlers: list[LogHandler] | None = None,
+                 redactor: Redactor = REDACTOR) -> None:
+        self.run_id = run_id
+        self.sinks = list(sinks or [])
+        self.handlers = list(handlers or [])
+        self.redactor = redactor
+
+    def __call__(self, event_dict: dict[str, Any]) -> None:
+        fields_ = dict(event_dict)
+        name = str(fields_.pop("event", "log"))
+        fields_.pop("timestamp", None)
+        fields_.pop("run_id", None)
+        record: Record = {"event": name, "run_id": self.run_id, "ts": utc_now()}
+        record.update({k: v for k, v in fields_.items() if v is not None})
+        record = self.redactor.redact(record)
+        for sink in self.sinks:
+            _safely(sink, record)
+        for handler in self.handlers:
+            _safely(handler.on_log, record)
 
 
 class JsonlWriter:
-    """Subscriber writing each event as one JSON line, flushed at once (a crash loses nothing)."""
+    """Record sink writing each record as one JSON line, flushed at once (a crash loses nothing).
+
+    Events (from the bus) and log lines (from RunLog) share the file; writes are serialized.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
 
-    def __call__(self, event: Event) -> None:
-        self._fh.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
-        self._fh.flush()
+    def __call__(self, record: Record) -> None:
+        line = json.dumps(record, default=str, ensure_ascii=False) + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
 
     def close(self) -> None:
         """Close the file."""
-        self._fh.close()
+        with self._lock:
+            self._fh.close()
 
 
-class RunRecord:
-    """Subscriber that keeps host x stage status and durations; writes summary.json."""
+class RunRecord(EventHandler):
+    """Handler that keeps host x stage status and durations; writes summary.json."""
 
     def __init__(self, run_id: str, playbook: str, inventory: str, dry_run: bool = False):
         self.run_id = run_id
@@ -102,25 +522,36 @@ class RunRecord:
             name, {"status": "pending", "stages": {}, "facts": {}, "error": None}
         )
 
-    def __call__(self, event: Event) -> None:
-        kind = event["event"]
-        host = event.get("host")
-        if host is None:
-            return
-        h = self._host(host)
-        if kind in ("host.unreachable", "host.lock_held"):
-            h["status"] = "unreachable" if kind == "host.unreachable" else "locked"
-            h["error"] = event.get("error")
-        elif kind == "stage.end":
-            st = h["stages"].setdefault(event["stage"], {})
-            for key in ("status", "duration_s", "reason", "attempts", "error", "check_s"):
-                if key in event:
-                    st[key] = event[key]
-            if event.get("facts"):
-                h["facts"][event["stage"]] = event["facts"]
-        elif kind == "host.end":
-            h["status"] = event.get("status", "done")
-            h["duration_s"] = event.get("duration_s")
+    def on_host_started(self, e: HostStarted) -> None:
+        """Hosts appear in the summary in the order they start."""
+        self._host(e.host)
+
+    def on_host_unreachable(self, e: HostUnreachable) -> None:
+        """The host's status and error."""
+        h = self._host(e.host)
+        h["status"], h["error"] = "unreachable", e.error
+
+    def on_host_lock_held(self, e: HostLockHeld) -> None:
+        """The host's status and who holds it."""
+        h = self._host(e.host)
+        h["status"], h["error"] = "locked", e.error
+
+    def on_stage_finished(self, e: StageFinished) -> None:
+        """The stage's entry (status, duration_s, reason, attempts, error, check_s) and facts."""
+        h = self._host(e.host)
+        st = h["stages"].setdefault(e.stage, {})
+        payload = e.payload()
+        for key in ("status", "duration_s", "reason", "attempts", "error", "check_s"):
+            if key in payload:
+                st[key] = payload[key]
+        if e.facts:
+            h["facts"][e.stage] = e.facts
+
+    def on_host_finished(self, e: HostFinished) -> None:
+        """The host's overall status and duration."""
+        h = self._host(e.host)
+        h["status"] = e.status
+        h["duration_s"] = e.duration_s
 
     def finish(self, exit_code: int) -> None:
         """Stamp the end of the run."""

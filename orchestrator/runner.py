@@ -52,7 +52,29 @@ from orchestrator.errors import (
     StageError,
     TransientConnectError,
 )
-from orchestrator.events import EventBus, utc_now
+from orchestrator.events import (
+    CommandRan,
+    EventBus,
+    HostConnected,
+    HostFinished,
+    HostLockHeld,
+    HostLockRetaken,
+    HostLockTakenOver,
+    HostRebooted,
+    HostStarted,
+    HostUnreachable,
+    HostWaiting,
+    RunFinished,
+    RunInterrupted,
+    RunStarted,
+    StageApply,
+    StageCheckRetry,
+    StageFinished,
+    StageProgress,
+    StageRetry,
+    StageStarted,
+    utc_now,
+)
 from orchestrator.host import Host
 from orchestrator.plan import Plan
 from orchestrator.redact import REDACTOR, Redactor
@@ -270,10 +292,10 @@ def _retry_policy(spec: RetrySpec | None, sleep: Callable[[float], None], bus: E
 
     def before_sleep(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        bus.publish(
-            "stage.retry", host=host, stage=sid, attempt=state.attempt_number,
+        bus.publish(StageRetry(
+            host=host, stage=sid, attempt=state.attempt_number,
             sleep_s=round(state.upcoming_sleep, 2), error=str(exc).splitlines()[0] if exc else None,
-        )
+        ))
 
     return Retrying(
         stop=stop_after_attempt(spec.attempts),
@@ -323,10 +345,10 @@ class Runner:
     def run(self) -> Outcome:
         """Run every host; returns the outcome. Ctrl-C in the calling thread cancels cleanly."""
         opts = self.options
-        self.bus.publish(
-            "run.start", hosts=self.plan.hosts, stages=list(self.plan.stages),
+        self.bus.publish(RunStarted(
+            hosts=list(self.plan.hosts), stages=list(self.plan.stages),
             nodes=self.plan.node_count, dry_run=opts.dry_run, forks=opts.forks,
-        )
+        ))
         t0 = time.monotonic()
         pool = ThreadPoolExecutor(max_workers=max(1, opts.forks), thread_name_prefix="host")
         futures = [pool.submit(self._run_host, h) for h in self.plan.hosts]
@@ -346,10 +368,9 @@ class Runner:
             exc = f.exception() if f.done() else None
             if exc is not None:  # a bug in the runner itself: keep the other hosts' results
                 log.error("runner.host_crashed", error=repr(exc))
-        self.bus.publish(
-            "run.end", exit_code=self.outcome.exit_code,
-            duration_s=round(time.monotonic() - t0, 3),
-        )
+        self.bus.publish(RunFinished(
+            exit_code=self.outcome.exit_code, duration_s=round(time.monotonic() - t0, 3),
+        ))
         return self.outcome
 
     def cancel(self) -> None:
@@ -358,7 +379,7 @@ class Runner:
             return
         self._cancel.set()
         self.outcome.interrupted = True
-        self.bus.publish("run.interrupted")
+        self.bus.publish(RunInterrupted())
         for p in list(self._pools.values()):
             p.kill_all()
 
@@ -375,24 +396,24 @@ class Runner:
         stages = self.prepared[host]
 
         def on_wait(attempt: int, elapsed: float, error: BaseException | str) -> None:
-            self.bus.publish(
-                "host.waiting", host=host, attempt=attempt, elapsed_s=round(elapsed, 1),
+            self.bus.publish(HostWaiting(
+                host=host, attempt=attempt, elapsed_s=round(elapsed, 1),
                 error=str(error).splitlines()[0] if error else None,
-            )
+            ))
 
         def relock(t: Transport) -> None:  # the lock lives with the connection that took it
             self._take_lock(host, spec, t, reopened=True)
 
         pool = _ConnectionPool(spec, self.factory, on_wait, relock)
         self._pools[host] = pool
-        self.bus.publish("host.start", host=host, stages=list(stages))
+        self.bus.publish(HostStarted(host=host, stages=list(stages)))
         wait_for_host = max(self.options.wait_for_host, spec.wait_for_host or 0.0)
         try:
             first = pool.acquire(wait_for_host)
         except OrchestratorError as exc:
             self._host_unreachable(host, stages, exc)
             return
-        self.bus.publish("host.connected", host=host, duration_s=round(time.monotonic() - t0, 3))
+        self.bus.publish(HostConnected(host=host, duration_s=round(time.monotonic() - t0, 3)))
         try:
             self._take_lock(host, spec, first)
         except LockHeld as exc:
@@ -417,17 +438,17 @@ class Runner:
             # any more (CUDA, the server). Run its stages again; converged ones are cheap.
             boot = now
             if pass_no < MAX_PASSES:
-                self.bus.publish("host.rebooted", host=host, next_pass=pass_no + 1)
+                self.bus.publish(HostRebooted(host=host, next_pass=pass_no + 1))
         self._release_lock(spec, pool)
         if unreachable:
             with self._lock:
                 self.outcome.unreachable.add(host)
-            self.bus.publish("host.unreachable", host=host, error=str(unreachable[0]))
+            self.bus.publish(HostUnreachable(host=host, error=str(unreachable[0])))
         statuses = self.outcome.statuses.get(host, {})
         overall = "failed" if any(s in ("failed", "interrupted") for s in statuses.values()) \
             else ("unreachable" if unreachable else "ok")
-        self.bus.publish("host.end", host=host, status=overall,
-                         duration_s=round(time.monotonic() - t0, 3))
+        self.bus.publish(HostFinished(host=host, status=overall,
+                                      duration_s=round(time.monotonic() - t0, 3)))
 
     def _walk(self, host: str, stages: dict[str, PreparedStage], pool: _ConnectionPool,
               unreachable: list[BaseException]) -> None:
@@ -477,7 +498,7 @@ class Runner:
             return
         for t in pool.connections():
             try:
-                t.probe("lock_release", path=spec.lock_path)
+                t.act("lock_release", path=spec.lock_path)
             except OrchestratorError:
                 pass
 
@@ -499,10 +520,10 @@ class Runner:
         with self._lock:
             self.outcome.unreachable.add(host)
         msg = exc.render() if isinstance(exc, OrchestratorError) else str(exc)
-        self.bus.publish("host.unreachable", host=host, error=msg)
+        self.bus.publish(HostUnreachable(host=host, error=msg))
         for sid in stages:
             self._end_stage(host, sid, "skipped", 0.0, reason="host unreachable")
-        self.bus.publish("host.end", host=host, status="unreachable")
+        self.bus.publish(HostFinished(host=host, status="unreachable"))
 
     def _take_lock(self, host: str, spec: HostSpec, transport: Transport,
                    reopened: bool = False) -> None:
@@ -514,14 +535,14 @@ class Runner:
         """
         if self.options.dry_run:
             return
-        res = transport.probe("lock_acquire", path=spec.lock_path, owner=self._owner)
+        res = transport.act("lock_acquire", path=spec.lock_path, owner=self._owner)
         if res.get("acquired"):
             prev = res.get("previous") or {}
             if prev.get("run_id") not in (None, self.bus.run_id):
-                self.bus.publish("host.lock_takeover", host=host, path=res.get("path"),
-                                 previous=prev)
+                self.bus.publish(HostLockTakenOver(host=host, path=res.get("path"),
+                                                   previous=prev))
             elif reopened and not res.get("held_here"):
-                self.bus.publish("host.lock_retaken", host=host, path=res.get("path"))
+                self.bus.publish(HostLockRetaken(host=host, path=res.get("path")))
             return
         holder = res.get("holder") or {}
         if holder.get("run_id") == self.bus.run_id:
@@ -537,20 +558,25 @@ class Runner:
     def _host_locked(self, host: str, stages: dict[str, PreparedStage], exc: LockHeld) -> None:
         with self._lock:
             self.outcome.locked.add(host)
-        self.bus.publish("host.lock_held", host=host, error=exc.render())
+        self.bus.publish(HostLockHeld(host=host, error=exc.render()))
         for sid in stages:
             self._end_stage(host, sid, "skipped", 0.0, reason="another deploy holds the host")
-        self.bus.publish("host.end", host=host, status="locked")
+        self.bus.publish(HostFinished(host=host, status="locked"))
 
-    def _end_stage(self, host: str, sid: str, status: str, duration: float, **fields: Any) -> str:
+    def _end_stage(self, host: str, sid: str, status: str, duration: float, *,
+                   reason: str | None = None, attempts: int | None = None,
+                   error: str | None = None, facts: dict[str, Any] | None = None,
+                   check_s: float | None = None) -> str:
         earlier = self.outcome.statuses.get(host, {}).get(sid)
         if status == "ok" and earlier == "changed":
             # walked again after a reboot: it was changed in this run, and still holds
             status = "changed"
-            fields["reason"] = f"changed earlier in this run; {fields.get('reason') or 'ok'}"
+            reason = f"changed earlier in this run; {reason or 'ok'}"
         self._set_status(host, sid, status)
-        self.bus.publish("stage.end", host=host, stage=sid, status=status,
-                         duration_s=round(duration, 3), **fields)
+        self.bus.publish(StageFinished(
+            host=host, stage=sid, status=status, duration_s=round(duration, 3), reason=reason,
+            attempts=attempts, error=error, facts=facts, check_s=check_s,
+        ))
         return status
 
     # -- per stage ----------------------------------------------------------------------------
@@ -562,7 +588,7 @@ class Runner:
         t0 = time.monotonic()
         if prep.skip_reason or prep.stage is None:
             return self._end_stage(host, sid, "skipped", 0.0, reason=prep.skip_reason)
-        self.bus.publish("stage.start", host=host, stage=sid, kind=prep.spec.kind)
+        self.bus.publish(StageStarted(host=host, stage=sid, kind=prep.spec.kind))
         spec = prep.spec
         attempts = 0
         facts: dict[str, Any] = {}
@@ -577,20 +603,22 @@ class Runner:
                     structlog.contextvars.bind_contextvars(attempt=attempts)
                     status, reason = self._attempt(host, prep, transport, attempts, facts, timings)
             return self._end_stage(host, sid, status, time.monotonic() - t0, reason=reason,
-                                   attempts=attempts, facts=facts or None, **timings)
+                                   attempts=attempts, facts=facts or None,
+                                   check_s=timings.get("check_s"))
         except TransientConnectError as exc:
             if self._cancel.is_set():
                 return self._end_stage(host, sid, "interrupted", time.monotonic() - t0)
             if not isinstance(exc, ConnectionLost):
                 unreachable.append(exc)
             return self._end_stage(host, sid, "failed", time.monotonic() - t0,
-                                   error=exc.render(), attempts=attempts, **timings)
+                                   error=exc.render(), attempts=attempts,
+                                   check_s=timings.get("check_s"))
         except OrchestratorError as exc:
             if self._cancel.is_set():
                 return self._end_stage(host, sid, "interrupted", time.monotonic() - t0)
             return self._end_stage(host, sid, "failed", time.monotonic() - t0,
                                    error=exc.render(), attempts=attempts, facts=facts or None,
-                                   **timings)
+                                   check_s=timings.get("check_s"))
         except Exception as exc:  # noqa: BLE001 - a stage bug must not take the run down
             if self._cancel.is_set():
                 return self._end_stage(host, sid, "interrupted", time.monotonic() - t0)
@@ -611,16 +639,16 @@ class Runner:
         sid = spec.id
 
         def observe(result: Result) -> None:
-            self.bus.publish(
-                "command", host=host, stage=sid, attempt=attempt, command=result.command,
+            self.bus.publish(CommandRan(
+                host=host, stage=sid, attempt=attempt, command=result.command,
                 exit_code=result.exit_code, duration_s=round(result.duration, 3),
                 timed_out=result.timed_out or None,
                 stdout_tail=_tail(result.stdout) or None, stderr_tail=_tail(result.stderr) or None,
-            )
+            ))
 
         def progress(message: str) -> None:
             if message:
-                self.bus.publish("stage.progress", host=host, stage=sid, message=message[:300])
+                self.bus.publish(StageProgress(host=host, stage=sid, message=message[:300]))
 
         variables = dict(self.plan.inventory.hosts[host].vars)
         h = Host(self.plan.inventory.hosts[host], transport, variables, observer=observe,
@@ -666,8 +694,8 @@ class Runner:
             except ConnectionLost as exc:
                 if n > CHECK_RECONNECTS or self._cancel.is_set():
                     raise
-                self.bus.publish("stage.check_retry", host=host, stage=sid, attempt=n,
-                                 error=str(exc).splitlines()[0])
+                self.bus.publish(StageCheckRetry(host=host, stage=sid, attempt=n,
+                                                 error=str(exc).splitlines()[0]))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_apply(self, host: str, prep: PreparedStage, h: Host, ctx: StageContext,
@@ -687,8 +715,11 @@ class Runner:
             return "ok", verdict.reason
         if self.options.dry_run:
             return "would-change", verdict.reason
-        self.bus.publish("stage.apply", host=host, stage=sid, attempt=attempt,
-                         reason=verdict.reason)
-        stage.apply(h, ctx)
+        self.bus.publish(StageApply(host=host, stage=sid, attempt=attempt,
+                                    reason=verdict.reason))
+        if verdict.plan is not None:  # what check() found and decided (Needed.plan)
+            stage.apply(h, ctx, verdict.plan)
+        else:
+            stage.apply(h, ctx)
         stage.verify(h, ctx)
         return "changed", verdict.reason

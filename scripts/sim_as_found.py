@@ -13,8 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from orchestrator.cli.logsetup import configure
 from orchestrator.config import load_inventory
+from orchestrator.logs import configure
 from orchestrator.transports import make_transport
 
 

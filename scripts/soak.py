@@ -8,11 +8,10 @@ for every box, so SSH sessions are cut at random all along. Each cycle:
      re-rolled so CUDA init fails until the hypervisor fixes the container's cgroup);
   3. deploys again at once with a `--wait-for-host` long enough for the downtime.
 
-Every deploy runs IN THIS PROCESS through the same code path as `orchestrator deploy`
-(load_all -> build_plan -> Runner with an EventBus, a JsonlWriter and a RunRecord into a run dir
-per deploy), so the orchestrator's own resident memory, open file descriptors and threads can be
-measured across cycles. A cycle fails when either deploy does not end with every host ready
-(exit code 0).
+Every deploy runs IN THIS PROCESS through the same library call as `orchestrator deploy`
+(orchestrator.deploy.deploy, a run dir per deploy), so the orchestrator's own resident memory,
+open file descriptors and threads can be measured across cycles. A cycle fails when either
+deploy does not end with every host ready (exit code 0).
 
 Pass/fail (exit 1 on any):
   * failures > 0;
@@ -48,14 +47,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cli.logsetup import configure
-from orchestrator.config import load_all
+from orchestrator.deploy import deploy as run_deploy
 from orchestrator.errors import OrchestratorError
-from orchestrator.events import EventBus, JsonlWriter, RunRecord, new_run_id
-from orchestrator.lockfile import build_lock, write_lock
-from orchestrator.plan import Selection, build_plan
+from orchestrator.events import (
+    EventHandler,
+    HostLockRetaken,
+    HostWaiting,
+    StageCheckRetry,
+    StageRetry,
+)
 from orchestrator.redact import REDACTOR
-from orchestrator.runner import Runner, RunOptions
+from orchestrator.runner import RunOptions
 from orchestrator.sim.fleet import SimFleet
 from orchestrator.sim.fleet import host_pids as marked_pids
 from orchestrator.sim.procs import alive as pid_alive
@@ -169,49 +171,59 @@ class Deploy:
         return self.counts["waits"]
 
 
+class _Counter(EventHandler):
+    """Counts the events (and the log line) of COUNTED in one deploy."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(COUNTED.values(), 0)
+
+    def _count(self, name: str) -> None:
+        if name in COUNTED:
+            self.counts[COUNTED[name]] += 1
+
+    def on_stage_retry(self, e: StageRetry) -> None:
+        self._count(e.name)
+
+    def on_stage_check_retry(self, e: StageCheckRetry) -> None:
+        self._count(e.name)
+
+    def on_host_waiting(self, e: HostWaiting) -> None:
+        self._count(e.name)
+
+    def on_host_lock_retaken(self, e: HostLockRetaken) -> None:
+        self._count(e.name)
+
+    def on_log(self, record: dict[str, Any]) -> None:
+        self._count(str(record.get("event")))
+
+
+def _latest_record(runs: Path) -> tuple[Path, dict[str, Any]]:
+    """The run dir and summary of the deploy that just raised (it wrote its record)."""
+    run_dir = (runs / "latest").resolve()
+    path = run_dir / "summary.json"
+    return run_dir, json.loads(path.read_text()) if path.exists() else {"hosts": {}}
+
+
 def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
     """`orchestrator deploy PLAYBOOK -i INVENTORY --wait-for-host N --json`, in this process."""
-    REDACTOR.add_env(os.environ)
     t0 = time.monotonic()
-    pb, inv = load_all(str(PLAYBOOK), str(inventory), {})
-    plan = build_plan(pb, inv, Selection.from_args(None, None, None, None))
-    run_id = new_run_id()
-    run_dir = runs / run_id
-    bus = EventBus(run_id)
-    writer = JsonlWriter(run_dir / "events.jsonl")
-    record = RunRecord(run_id, str(PLAYBOOK), str(inventory))
-    counts = dict.fromkeys(COUNTED.values(), 0)
-
-    def count(event: dict[str, Any]) -> None:
-        if event["event"] in COUNTED:
-            counts[COUNTED[event["event"]]] += 1
-
-    bus.subscribe(writer)
-    bus.subscribe(record)
-    bus.subscribe(count)
-    configure(bus)
-    options = RunOptions(wait_for_host=wait_for_host)
-    exit_code = 130
+    counter = _Counter()
     crash: str | None = None
     try:
-        runner = Runner(plan, bus, cli_vars={}, options=options)
-        exit_code = runner.run().exit_code
+        outcome = run_deploy(PLAYBOOK, inventory, run_dir=runs, handlers=[counter],
+                             options=RunOptions(wait_for_host=wait_for_host))
+        exit_code, run_dir, summary = outcome.exit_code, outcome.run_dir, outcome.summary
     except OrchestratorError as exc:  # as the CLI maps it: one message, its exit code
         exit_code, crash = exc.exit_code, REDACTOR.redact(exc.render())
+        run_dir, summary = _latest_record(runs)
     except Exception:  # noqa: BLE001 - a bug: the cycle fails, the soak goes on and reports it
         exit_code, crash = 1, REDACTOR.redact(traceback.format_exc())
-    finally:
-        record.finish(exit_code)
-        record.write(run_dir / "summary.json")
-        lock = build_lock(record.data)
-        if lock["stages"]:
-            write_lock(REDACTOR.redact(lock), run_dir / "deploy.lock.json")
-        writer.close()
-        configure(None)
+        run_dir, summary = _latest_record(runs)
+    counts = counter.counts
     statuses = {h: {sid: st.get("status", "?") for sid, st in data["stages"].items()}
-                for h, data in record.data["hosts"].items()}
+                for h, data in summary["hosts"].items()}
     errors = [crash] if crash else []
-    for h, data in record.data["hosts"].items():
+    for h, data in summary["hosts"].items():
         if data.get("error"):
             errors.append(f"{h}: {str(data['error']).splitlines()[0]}")
         for sid, st in data["stages"].items():

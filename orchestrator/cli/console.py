@@ -1,4 +1,4 @@
-"""Console rendering: a live progress view of a run (a subscriber of the event bus) and the summary.
+"""Console rendering: a live progress view of a run (an event and log handler) and the summary.
 
 On a terminal: one live line per host with the running stage, its elapsed time and the latest
 message (rich). Otherwise (CI, pipes): plain lines, one per finished stage, plus throttled progress.
@@ -6,17 +6,40 @@ message (rich). Otherwise (CI, pipes): plain lines, one per finished stage, plus
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO, TypeVar
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.events import Event
+from orchestrator.events import (
+    EventHandler,
+    HostConnected,
+    HostFinished,
+    HostLockHeld,
+    HostLockTakenOver,
+    HostRebooted,
+    HostStarted,
+    HostUnreachable,
+    HostWaiting,
+    Record,
+    RunFinished,
+    RunInterrupted,
+    RunStarted,
+    StageCheckRetry,
+    StageFinished,
+    StageProgress,
+    StageRetry,
+    StageStarted,
+)
+
+E = TypeVar("E")
 
 STYLE = {
     "ok": "green",
@@ -39,8 +62,19 @@ class _HostLine:
         self.counts: dict[str, int] = {}
 
 
-class ConsoleView:
-    """Bus subscriber that shows progress; `close()` stops the live display."""
+def _locked(method: Callable[[ConsoleView, E], None]) -> Callable[[ConsoleView, E], None]:
+    """Run a handler method under the view's lock (events, log lines and close() race)."""
+
+    @functools.wraps(method)
+    def wrapper(self: ConsoleView, e: E) -> None:
+        with self._lock:
+            method(self, e)
+
+    return wrapper
+
+
+class ConsoleView(EventHandler):
+    """Event and log handler that shows progress; `close()` stops the live display."""
 
     def __init__(self, stream: TextIO | None = None, live: bool | None = None,
                  progress_every: float = 10.0) -> None:
@@ -53,91 +87,135 @@ class ConsoleView:
         self._lock = threading.Lock()
         self._live: Live | None = None
 
-    # -- subscriber --------------------------------------------------------------------------
+    def _line(self, host: str) -> _HostLine:
+        return self.hosts.setdefault(host, _HostLine(0))
 
-    def __call__(self, e: Event) -> None:
-        with self._lock:
-            self._handle(e)
+    # -- run ---------------------------------------------------------------------------------
 
-    def _handle(self, e: Event) -> None:
-        kind = e["event"]
-        host = e.get("host")
-        if kind == "run.start" and self.live_mode:
+    @_locked
+    def on_run_started(self, e: RunStarted) -> None:
+        if self.live_mode:
             self._live = Live(self, console=self.console, refresh_per_second=4, transient=True)
             self._live.start()
-        if host is not None:
-            line = self.hosts.setdefault(host, _HostLine(0))
-        if kind == "host.start":
-            line.total = len(e.get("stages", []))
-            self._print(f"[{host}] connecting")
-        elif kind == "host.connected":
-            line.state = "running"
-            self._print(f"[{host}] connected in {e.get('duration_s', 0):.1f}s")
-        elif kind == "host.waiting":
-            line.state = "waiting for SSH"
-            line.message = f"attempt {e.get('attempt')}, {e.get('elapsed_s')}s: {e.get('error')}"
-            self._print(f"[{host}] waiting for SSH ({line.message})")
-        elif kind == "host.unreachable":
-            line.state = "unreachable"
-            self._print(f"[{host}] UNREACHABLE: {e.get('error')}", style="bold red")
-        elif kind == "host.rebooted":
-            self._print(f"[{host}] the host rebooted during this run: running its stages again "
-                        f"(pass {e.get('next_pass')})", style="yellow")
-        elif kind == "host.lock_held":
-            line.state = "locked"
-            self._print(f"[{host}] LOCKED: {e.get('error')}", style="bold red")
-        elif kind == "host.lock_takeover":
-            prev = e.get("previous") or {}
-            self._print(f"[{host}] took over the deploy lock left by run {prev.get('run_id')} "
-                        f"({prev.get('user')}@{prev.get('operator')}), which is gone",
-                        style="yellow")
-        elif kind == "transport.agent_retired":
-            self._print(f"[{host}] ended the agent of the dropped connection (pid {e.get('pid')}) "
-                        "and what it still ran" + ("" if e.get("exited") else
-                                                   f": it did not exit ({e.get('error')})"),
-                        style="yellow")
-        elif kind == "stage.start":
-            line.running[e["stage"]] = time.monotonic()
-        elif kind == "stage.progress":
-            line.message = e.get("message", "")
-            key = (host, e["stage"])
-            now = time.monotonic()
-            if not self.live_mode and now - self._last_progress.get(key, 0) >= self.progress_every:
-                self._last_progress[key] = now
-                started = line.running.get(e["stage"], now)
-                self._print(f"[{host}] {e['stage']} ({now - started:.0f}s) {line.message}",
-                            style="dim")
-        elif kind == "stage.retry":
-            self._print(f"[{host}] {e['stage']} attempt {e.get('attempt')} failed "
-                        f"({e.get('error')}); retrying in {e.get('sleep_s')}s", style="yellow")
-        elif kind == "stage.check_retry":
-            self._print(f"[{host}] {e['stage']} check cut ({e.get('error')}); asking again",
-                        style="yellow")
-        elif kind == "stage.end":
-            line.running.pop(e["stage"], None)
-            line.done += 1
-            status = e["status"]
-            line.counts[status] = line.counts.get(status, 0) + 1
-            detail = e.get("reason") or ""
-            took = e.get("duration_s", 0)
-            text = f"[{host}] {e['stage']:<24} {status:<12} {took:7.2f}s  {detail}"
-            self._print(text.rstrip(), style=STYLE.get(status))
-            if e.get("error"):
-                self._print(_indent(str(e["error"])), style="red")
-        elif kind == "host.end":
-            line.state = e.get("status", "done")
-        elif kind == "run.interrupted":
-            self._print("interrupted: stopping remote commands...", style="magenta")
-        elif kind in ("waiting for host", "connection lost, retrying"):
-            pass  # shown by host.waiting / the stage's own outcome
-        elif e.get("level") in ("warning", "error", "critical"):
-            skip = {"event", "run_id", "ts", "host", "stage", "attempt", "level"}
-            extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in skip)
-            where = f"[{host}] {e['stage']}: " if e.get("stage") else (f"[{host}] " if host else "")
-            self._print(f"{where}{e['level']}: {kind} {extra}".rstrip(), style="yellow")
-        elif kind == "run.end" and self._live is not None:
+
+    @_locked
+    def on_run_interrupted(self, e: RunInterrupted) -> None:
+        self._print("interrupted: stopping remote commands...", style="magenta")
+
+    @_locked
+    def on_run_finished(self, e: RunFinished) -> None:
+        if self._live is not None:
             self._live.stop()
             self._live = None
+
+    # -- hosts -------------------------------------------------------------------------------
+
+    @_locked
+    def on_host_started(self, e: HostStarted) -> None:
+        self._line(e.host).total = len(e.stages)
+        self._print(f"[{e.host}] connecting")
+
+    @_locked
+    def on_host_connected(self, e: HostConnected) -> None:
+        self._line(e.host).state = "running"
+        self._print(f"[{e.host}] connected in {e.duration_s:.1f}s")
+
+    @_locked
+    def on_host_waiting(self, e: HostWaiting) -> None:
+        line = self._line(e.host)
+        line.state = "waiting for SSH"
+        line.message = f"attempt {e.attempt}, {e.elapsed_s}s: {e.error}"
+        self._print(f"[{e.host}] waiting for SSH ({line.message})")
+
+    @_locked
+    def on_host_unreachable(self, e: HostUnreachable) -> None:
+        self._line(e.host).state = "unreachable"
+        self._print(f"[{e.host}] UNREACHABLE: {e.error}", style="bold red")
+
+    @_locked
+    def on_host_rebooted(self, e: HostRebooted) -> None:
+        self._line(e.host)
+        self._print(f"[{e.host}] the host rebooted during this run: running its stages again "
+                    f"(pass {e.next_pass})", style="yellow")
+
+    @_locked
+    def on_host_lock_held(self, e: HostLockHeld) -> None:
+        self._line(e.host).state = "locked"
+        self._print(f"[{e.host}] LOCKED: {e.error}", style="bold red")
+
+    @_locked
+    def on_host_lock_taken_over(self, e: HostLockTakenOver) -> None:
+        self._line(e.host)
+        prev = e.previous or {}
+        self._print(f"[{e.host}] took over the deploy lock left by run {prev.get('run_id')} "
+                    f"({prev.get('user')}@{prev.get('operator')}), which is gone",
+                    style="yellow")
+
+    @_locked
+    def on_host_finished(self, e: HostFinished) -> None:
+        self._line(e.host).state = e.status
+
+    # -- stages ------------------------------------------------------------------------------
+
+    @_locked
+    def on_stage_started(self, e: StageStarted) -> None:
+        self._line(e.host).running[e.stage] = time.monotonic()
+
+    @_locked
+    def on_stage_progress(self, e: StageProgress) -> None:
+        line = self._line(e.host)
+        line.message = e.message
+        key = (e.host, e.stage)
+        now = time.monotonic()
+        if not self.live_mode and now - self._last_progress.get(key, 0) >= self.progress_every:
+            self._last_progress[key] = now
+            started = line.running.get(e.stage, now)
+            self._print(f"[{e.host}] {e.stage} ({now - started:.0f}s) {line.message}",
+                        style="dim")
+
+    @_locked
+    def on_stage_retry(self, e: StageRetry) -> None:
+        self._line(e.host)
+        self._print(f"[{e.host}] {e.stage} attempt {e.attempt} failed "
+                    f"({e.error}); retrying in {e.sleep_s}s", style="yellow")
+
+    @_locked
+    def on_stage_check_retry(self, e: StageCheckRetry) -> None:
+        self._line(e.host)
+        self._print(f"[{e.host}] {e.stage} check cut ({e.error}); asking again", style="yellow")
+
+    @_locked
+    def on_stage_finished(self, e: StageFinished) -> None:
+        line = self._line(e.host)
+        line.running.pop(e.stage, None)
+        line.done += 1
+        line.counts[e.status] = line.counts.get(e.status, 0) + 1
+        text = f"[{e.host}] {e.stage:<24} {e.status:<12} {e.duration_s:7.2f}s  {e.reason or ''}"
+        self._print(text.rstrip(), style=STYLE.get(e.status))
+        if e.error:
+            self._print(_indent(str(e.error)), style="red")
+
+    # -- log lines ---------------------------------------------------------------------------
+
+    @_locked
+    def on_log(self, record: Record) -> None:
+        """Log lines at warning level and above, and the transport's retired agents."""
+        kind, host = record["event"], record.get("host")
+        if host is not None:
+            self._line(host)
+        if kind == "transport.agent_retired":
+            self._print(f"[{host}] ended the agent of the dropped connection "
+                        f"(pid {record.get('pid')}) and what it still ran"
+                        + ("" if record.get("exited") else
+                           f": it did not exit ({record.get('error')})"), style="yellow")
+        elif kind in ("waiting for host", "connection lost, retrying"):
+            pass  # shown by host.waiting / the stage's own outcome
+        elif record.get("level") in ("warning", "error", "critical"):
+            skip = {"event", "run_id", "ts", "host", "stage", "attempt", "level"}
+            extra = " ".join(f"{k}={v}" for k, v in record.items() if k not in skip)
+            stage = record.get("stage")
+            where = f"[{host}] {stage}: " if stage else (f"[{host}] " if host else "")
+            self._print(f"{where}{record['level']}: {kind} {extra}".rstrip(), style="yellow")
 
     def _print(self, text: str, style: str | None = None) -> None:
         if self._live is not None:

@@ -16,11 +16,14 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator import __version__
 from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.redact import REDACTOR
+
+if TYPE_CHECKING:
+    from orchestrator.deploy import DeployOutcome
 
 EXIT_CODES = """exit codes:
   0    every stage ok or changed
@@ -158,91 +161,75 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from orchestrator.cli.console import ConsoleView, highlights, summary_table
-    from orchestrator.cli.logsetup import configure
+    """`deploy` and `plan`: run orchestrator.deploy.deploy with a console view, then the summary."""
+    from orchestrator.cli.console import ConsoleView
+    from orchestrator.config import parse_cli_vars
     from orchestrator.config.model import parse_duration
-    from orchestrator.events import EventBus, JsonlWriter, RunRecord, new_run_id
-    from orchestrator.lockfile import build_lock, load_lock, write_lock
-    from orchestrator.plan import Selection, build_plan
-    from orchestrator.runner import Runner, RunOptions
+    from orchestrator.deploy import DeployStart, deploy
+    from orchestrator.plan import Selection
+    from orchestrator.runner import RunOptions
 
     try:
         wait_for_host = parse_duration(args.wait_for_host)
     except ValueError as exc:
         raise ConfigError(f"--wait-for-host: {exc}") from None
-    REDACTOR.add_env(os.environ)
     _interrupt_on_signals()
-    pb, inv, cli_vars = _load(args.playbook, args.inventory, args.var)
-    locked = load_lock(args.locked) if args.locked else None
-    if locked is not None and not locked.get("complete", True):
-        print(f"warning: {args.locked} comes from a deploy that did not complete; stages it "
-              "has no entry for will be refused", file=sys.stderr)
-    sel = Selection.from_args(args.limit, args.only, args.from_, args.skip)
-    plan = build_plan(pb, inv, sel)
+    view = None if args.json else ConsoleView()
 
-    run_id = new_run_id()
-    run_dir = Path(args.run_dir) / run_id
-    bus = EventBus(run_id)
-    writer = JsonlWriter(run_dir / "events.jsonl")
-    record = RunRecord(run_id, str(args.playbook), str(args.inventory), dry_run=args.dry_run)
-    bus.subscribe(writer)
-    bus.subscribe(record)
-    view = None
-    if not args.json:
-        view = ConsoleView()
-        bus.subscribe(view)
-    configure(bus, verbose=args.verbose)
-    options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
-                         wait_for_host=wait_for_host, locked=locked)
-    exit_code = 130
-    try:
-        runner = Runner(plan, bus, cli_vars=cli_vars, options=options)
+    def on_start(start: DeployStart) -> None:
+        if start.lock_incomplete:
+            print(f"warning: {args.locked} comes from a deploy that did not complete; stages it "
+                  "has no entry for will be refused", file=sys.stderr)
         if view is not None:
-            mode = "dry run (nothing will be changed)" if args.dry_run else "deploy"
-            view.console.print(f"{mode}: {pb.name} on {len(plan.hosts)} host(s), "
-                               f"{plan.node_count} stage run(s); run {run_id}")
-        outcome = runner.run()
-        exit_code = outcome.exit_code
-    except OrchestratorError as exc:  # e.g. a ConfigError found while rendering: not a Ctrl-C
-        exit_code = exc.exit_code
-        raise
+            mode = "dry run (nothing will be changed)" if start.dry_run else "deploy"
+            view.console.print(f"{mode}: {start.playbook} on {len(start.hosts)} host(s), "
+                               f"{start.nodes} stage run(s); run {start.run_id}")
+
+    options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
+                         wait_for_host=wait_for_host)
+    try:
+        outcome = deploy(
+            args.playbook, args.inventory, cli_vars=parse_cli_vars(args.var),
+            selection=Selection.from_args(args.limit, args.only, args.from_, args.skip),
+            options=options, locked_path=args.locked, run_dir=args.run_dir,
+            handlers=[view] if view is not None else [], verbose=args.verbose,
+            on_start=on_start)
     finally:
         if view is not None:
             view.close()
-        record.finish(exit_code)
-        record.write(run_dir / "summary.json")
-        lock = build_lock(record.data)
-        if not args.dry_run and lock["stages"]:
-            write_lock(REDACTOR.redact(lock), run_dir / "deploy.lock.json")
-        writer.close()
-        configure(None)
-        _link_latest(Path(args.run_dir), run_id)
     if args.json:
-        print(json.dumps(REDACTOR.redact(record.data), indent=2, default=str))
+        print(json.dumps(REDACTOR.redact(outcome.summary), indent=2, default=str))
     else:
-        from rich.console import Console
+        _print_summary(outcome, args.locked if args.dry_run else None)
+    return outcome.exit_code
 
-        out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-        out.print(summary_table(record.data))
-        for line in highlights(record.data):
-            out.print(line)
-        counts: dict[str, int] = {}
-        for h in record.data["hosts"].values():
-            for st in h["stages"].values():
-                counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
-        totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        if args.locked and args.dry_run:
-            from orchestrator.lockfile import drift_lines
 
-            for line in drift_lines(record.data, args.locked):
-                out.print(line, markup=False)
-        out.print(f"run {run_id}: {totals}; exit code {exit_code}; "
-                  f"{record.data.get('duration_s', 0):.1f}s")
-        out.print(f"run record: {run_dir}/summary.json")
-        out.print(f"events:     {run_dir}/events.jsonl")
-        if (run_dir / "deploy.lock.json").exists():
-            out.print(f"lock file:  {run_dir}/deploy.lock.json")
-    return exit_code
+def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
+    """The closing table, headline facts, drift (plan --locked), totals and paths, on stdout."""
+    from rich.console import Console
+
+    from orchestrator.cli.console import highlights, summary_table
+    from orchestrator.lockfile import drift_lines
+
+    record = outcome.summary
+    out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    out.print(summary_table(record))
+    for line in highlights(record):
+        out.print(line)
+    counts: dict[str, int] = {}
+    for h in record["hosts"].values():
+        for st in h["stages"].values():
+            counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
+    totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    if drift_against:
+        for line in drift_lines(record, drift_against):
+            out.print(line, markup=False)
+    out.print(f"run {outcome.run_id}: {totals}; exit code {outcome.exit_code}; "
+              f"{record.get('duration_s', 0):.1f}s")
+    out.print(f"run record: {outcome.run_dir}/summary.json")
+    out.print(f"events:     {outcome.run_dir}/events.jsonl")
+    if outcome.lock_path is not None:
+        out.print(f"lock file:  {outcome.run_dir}/deploy.lock.json")
 
 
 def _interrupt_on_signals() -> None:
@@ -254,17 +241,6 @@ def _interrupt_on_signals() -> None:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def _link_latest(base: Path, run_id: str) -> None:
-    link = base / "latest"
-    try:
-        tmp = base / f".latest-{os.getpid()}"
-        tmp.unlink(missing_ok=True)
-        tmp.symlink_to(run_id)
-        os.replace(tmp, link)
-    except OSError:
-        pass
 
 
 # -- entry point ------------------------------------------------------------------------------

@@ -502,24 +502,9 @@ class _Checker:
     ) -> tuple[Path_, Location, str, str | None]:
         doc = self.doc
         etype: str = err["type"]
-        full = prefix + loc
         got = _got(err.get("input"), doc.secrets)
-        if etype == "missing":
-            parent, name = full[:-1], full[-1]
-            where = _where(doc, parent)
-            hint = f"add `{name}:`"
-            if name == "stages":
-                hint = "add `stages:` with a list of stages, each with `id:` and `run:` or `uses:`"
-            return (parent, doc.best_loc(parent), f"{where}: missing required key '{name}'",
-                    hint)
-        if etype == "extra_forbidden":
-            parent, name = full[:-1], full[-1]
-            owner = _annotation_at(model, loc[:-1])
-            allowed = _field_names(owner)
-            close = difflib.get_close_matches(str(name), allowed, n=2, cutoff=0.6)
-            hint = (f"did you mean '{close[0]}'?" if close
-                    else ("allowed keys: " + ", ".join(allowed)) if allowed else None)
-            return (full, doc.key_loc(full), f"{_where(doc, parent)}: unknown key '{name}'", hint)
+        if etype in ("missing", "extra_forbidden"):
+            return self._key_error(etype, model, prefix + loc, loc)
         # Union members add tags to loc that are not in the data: cut back to the real value.
         real_loc = loc
         while real_loc and not doc.has(prefix + real_loc):
@@ -558,6 +543,23 @@ class _Checker:
             return (real, location, f"{where}: {text}, got {got}", None)
         text = msg.replace("Input should be", "should be")
         return (real, location, f"{where}: {text} (got {got})", None)
+
+    def _key_error(self, etype: str, model: type[BaseModel], full: Path_,
+                   loc: Path_) -> tuple[Path_, Location, str, str | None]:
+        """A required key missing, or a key the model does not know."""
+        doc = self.doc
+        parent, name = full[:-1], full[-1]
+        if etype == "missing":
+            hint = f"add `{name}:`"
+            if name == "stages":
+                hint = "add `stages:` with a list of stages, each with `id:` and `run:` or `uses:`"
+            return (parent, doc.best_loc(parent),
+                    f"{_where(doc, parent)}: missing required key '{name}'", hint)
+        allowed = _field_names(_annotation_at(model, loc[:-1]))
+        close = difflib.get_close_matches(str(name), allowed, n=2, cutoff=0.6)
+        hint = (f"did you mean '{close[0]}'?" if close
+                else ("allowed keys: " + ", ".join(allowed)) if allowed else None)
+        return (full, doc.key_loc(full), f"{_where(doc, parent)}: unknown key '{name}'", hint)
 
     # vars ---------------------------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cli.logsetup import configure
 from orchestrator.config import load_all
-from orchestrator.events import EventBus
+from orchestrator.events import EventBus, RunLog
+from orchestrator.logs import configure
 from orchestrator.plan import Selection, build_plan
 from orchestrator.runner import Runner, RunOptions
 from orchestrator.sim.procs import alive
@@ -45,14 +45,14 @@ def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
     playbook, inventory = load_all(str(pb), str(inv), {})
     plan = build_plan(playbook, inventory, Selection.from_args(None, None, None, None))
     bus = EventBus("dropped-agent-test")
-    events: list[dict[str, Any]] = []
-    bus.subscribe(events.append)
+    events: list[dict[str, Any]] = []  # events and log lines, as their events.jsonl records
+    bus.add_sink(events.append)
 
     def factory(host: Any, on_wait: Any = None) -> SSHTransport:
         # dead after ~1 s of silence instead of 30 s
         return SSHTransport(host, on_wait=on_wait, heartbeat=0.5, heartbeat_misses=2)
 
-    configure(bus)  # the transport's log events reach the bus, as in the CLI
+    configure(RunLog(bus.run_id, [events.append]))  # the transport's log lines, as in the CLI
     try:
         t0 = time.monotonic()
         outcome = Runner(plan, bus, cli_vars={}, options=RunOptions(),

@@ -187,6 +187,8 @@ def test_every_host_has_its_own_port_30000(shared_sim):
         for name in ("gpu-1", "gpu-2"):
             h = shared_sim.host(name)
             s = socket.socket()
+            # as servers bind (SO_REUSEADDR): an earlier simulator's port may linger in TIME_WAIT
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((h["address"], 30000))  # both bind: distinct loopback addresses
             servers.append(s)
     finally:

@@ -1,0 +1,177 @@
+"""A deploy as a library call: load, plan, run, and write the run record.
+
+`deploy()` assembles the session the `deploy` and `plan` commands use: the event bus, the
+events.jsonl writer, the run record (summary.json), the log routing, the runner, the pin file
+(deploy.lock.json) and the `runs/latest` link. Callers add their own `EventHandler`s (the CLI's
+console view, a test's collector); a handler that also has `on_log` receives the log lines.
+
+    outcome = deploy("playbooks/kimi-k2.6-eagle3.yaml", ".sim/try/inventory.yaml")
+    outcome.exit_code, outcome.summary["hosts"]["gpu-1"]["stages"]
+
+Nothing here prints: rendering lives in cli/.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
+from orchestrator.config import load_all
+from orchestrator.errors import OrchestratorError
+from orchestrator.events import (
+    EventBus,
+    EventHandler,
+    JsonlWriter,
+    LogHandler,
+    RunLog,
+    RunRecord,
+    new_run_id,
+)
+from orchestrator.lockfile import build_lock, load_lock, write_lock
+from orchestrator.logs import configure
+from orchestrator.plan import Plan, Selection, build_plan
+from orchestrator.redact import REDACTOR
+from orchestrator.runner import EXIT_INTERRUPTED, Runner, RunOptions
+
+
+@dataclass(frozen=True)
+class DeployStart:
+    """What is about to run (handed to `on_start` once every stage is rendered)."""
+
+    run_id: str
+    playbook: str
+    hosts: list[str]
+    nodes: int
+    dry_run: bool
+    run_dir: Path
+    #: the --locked file comes from a deploy that did not complete
+    lock_incomplete: bool = False
+
+
+@dataclass(frozen=True)
+class DeployOutcome:
+    """What a deploy did: its exit code, the summary (summary.json data) and where it wrote."""
+
+    run_id: str
+    exit_code: int
+    summary: dict[str, Any]
+    run_dir: Path
+
+    @property
+    def summary_path(self) -> Path:
+        """runs/<id>/summary.json"""
+        return self.run_dir / "summary.json"
+
+    @property
+    def events_path(self) -> Path:
+        """runs/<id>/events.jsonl"""
+        return self.run_dir / "events.jsonl"
+
+    @property
+    def lock_path(self) -> Path | None:
+        """runs/<id>/deploy.lock.json, when the deploy wrote one."""
+        path = self.run_dir / "deploy.lock.json"
+        return path if path.exists() else None
+
+    def statuses(self, host: str) -> dict[str, str]:
+        """Stage id -> status on one host."""
+        stages = self.summary["hosts"][host]["stages"]
+        return {sid: st.get("status", "?") for sid, st in stages.items()}
+
+
+class _Session:
+    """The files and routing of one run: events.jsonl, summary.json, the log sink."""
+
+    def __init__(self, run_dir: Path, playbook: str, inventory: str, dry_run: bool,
+                 handlers: Sequence[EventHandler], verbose: bool) -> None:
+        self.base = run_dir
+        self.run_id = new_run_id()
+        self.dir = run_dir / self.run_id
+        self.bus = EventBus(self.run_id)
+        self.writer = JsonlWriter(self.dir / "events.jsonl")
+        self.record = RunRecord(self.run_id, playbook, inventory, dry_run=dry_run)
+        self.dry_run = dry_run
+        self.bus.add_sink(self.writer)
+        self.bus.subscribe(self.record)
+        for handler in handlers:
+            self.bus.subscribe(handler)
+        log_handlers = [h for h in handlers if isinstance(h, LogHandler)]
+        configure(RunLog(self.run_id, [self.writer], log_handlers), verbose=verbose)
+
+    def close(self, exit_code: int) -> None:
+        """Write summary.json and the pin file, close events.jsonl, link runs/latest."""
+        self.record.finish(exit_code)
+        self.record.write(self.dir / "summary.json")
+        lock = build_lock(self.record.data)
+        if not self.dry_run and lock["stages"]:
+            write_lock(REDACTOR.redact(lock), self.dir / "deploy.lock.json")
+        self.writer.close()
+        configure(None)
+        _link_latest(self.base, self.run_id)
+
+
+def deploy(
+    playbook_path: str | os.PathLike[str],
+    inventory_path: str | os.PathLike[str],
+    *,
+    cli_vars: dict[str, Any] | None = None,
+    selection: Selection | None = None,
+    options: RunOptions | None = None,
+    locked_path: str | os.PathLike[str] | None = None,
+    run_dir: str | os.PathLike[str] = "runs",
+    handlers: Sequence[EventHandler] = (),
+    verbose: bool = False,
+    on_start: Callable[[DeployStart], None] | None = None,
+) -> DeployOutcome:
+    """Run a playbook on an inventory's hosts; the run record goes to `run_dir/<run-id>/`.
+
+    `options.dry_run` makes it a plan (checks only). `locked_path` is a deploy.lock.json to
+    hold the deploy to. Bad input raises ConfigError/PlanError (exit 2) before any host is
+    touched; Ctrl-C (KeyboardInterrupt) and our errors still write the run record, then raise.
+    """
+    REDACTOR.add_env(os.environ)
+    cli_vars = dict(cli_vars or {})
+    pb, inv = load_all(str(playbook_path), str(inventory_path), cli_vars)
+    locked = load_lock(locked_path) if locked_path else None
+    options = options or RunOptions()
+    if locked is not None:
+        options = replace(options, locked=locked)
+    plan = build_plan(pb, inv, selection or Selection.from_args(None, None, None, None))
+    session = _Session(Path(run_dir), str(playbook_path), str(inventory_path), options.dry_run,
+                       handlers, verbose)
+    exit_code = EXIT_INTERRUPTED
+    try:
+        exit_code = _run(plan, session, cli_vars, options, locked, on_start)
+    except OrchestratorError as exc:  # e.g. a ConfigError found while rendering: not a Ctrl-C
+        exit_code = exc.exit_code
+        raise
+    finally:
+        session.close(exit_code)
+    return DeployOutcome(session.run_id, exit_code, session.record.data, session.dir)
+
+
+def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,
+         locked: dict[str, Any] | None,
+         on_start: Callable[[DeployStart], None] | None) -> int:
+    runner = Runner(plan, session.bus, cli_vars=cli_vars, options=options)
+    if on_start is not None:
+        on_start(DeployStart(
+            run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),
+            nodes=plan.node_count, dry_run=options.dry_run, run_dir=session.dir,
+            lock_incomplete=locked is not None and not locked.get("complete", True)))
+    return runner.run().exit_code
+
+
+def _link_latest(base: Path, run_id: str) -> None:
+    link = base / "latest"
+    try:
+        tmp = base / f".latest-{os.getpid()}"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(run_id)
+        os.replace(tmp, link)
+    except OSError:
+        pass
