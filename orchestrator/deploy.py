@@ -31,8 +31,8 @@ from orchestrator.events import (
     RunRecord,
     new_run_id,
 )
-from orchestrator.lockfile import build_lock, load_lock, write_lock
 from orchestrator.logs import configure
+from orchestrator.pinfile import build_pin, load_pin, write_pin
 from orchestrator.plan import Plan, Selection, build_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.runner import EXIT_INTERRUPTED, Runner, RunOptions
@@ -106,9 +106,9 @@ class _Session:
         """Write summary.json and the pin file, close events.jsonl, link runs/latest."""
         self.record.finish(exit_code)
         self.record.write(self.dir / "summary.json")
-        lock = build_lock(self.record.data)
+        lock = build_pin(self.record.data)
         if not self.dry_run and lock["stages"]:
-            write_lock(REDACTOR.redact(lock), self.dir / "deploy.lock.json")
+            write_pin(REDACTOR.redact(lock), self.dir / "deploy.lock.json")
         self.writer.close()
         configure(None)
         _link_latest(self.base, self.run_id)
@@ -136,7 +136,7 @@ def deploy(
     REDACTOR.add_env(os.environ)
     cli_vars = dict(cli_vars or {})
     pb, inv = load_all(str(playbook_path), str(inventory_path), cli_vars)
-    locked = load_lock(locked_path) if locked_path else None
+    locked = load_pin(locked_path) if locked_path else None
     options = options or RunOptions()
     if locked is not None:
         options = replace(options, locked=locked)

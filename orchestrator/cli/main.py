@@ -53,7 +53,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                    help="how long to wait for a host's SSH at the start, e.g. 5m (default 10s)")
     p.add_argument("--run-dir", default=os.environ.get("ORCHESTRATOR_RUN_DIR", "runs"),
                    help="where run records go (default ./runs, or $ORCHESTRATOR_RUN_DIR)")
-    p.add_argument("--locked", metavar="LOCKFILE",
+    p.add_argument("--locked", metavar="PINFILE",
                    help="refuse anything that would differ from this deploy.lock.json "
                         "(with plan: show the drift)")
     p.add_argument("--json", action="store_true",
@@ -209,7 +209,7 @@ def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
     from rich.console import Console
 
     from orchestrator.cli.console import highlights, summary_table
-    from orchestrator.lockfile import drift_lines
+    from orchestrator.pinfile import drift_lines
 
     record = outcome.summary
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)

@@ -137,7 +137,7 @@ def launch_mode(systemd: str, info: SystemdInfo | None) -> str:
 
 def lock_drift(entry: dict[str, Any], locked: dict[str, Any]) -> list[str]:
     """How this launch differs from the locked one: args, bind, environment (not the version)."""
-    from orchestrator.stages._locking import arg_changes  # stages import this module
+    from orchestrator.stages._pinning import arg_changes  # stages import this module
 
     drift = []
     if entry["args"] != locked.get("args"):

@@ -36,7 +36,7 @@ A branch `revision` (not a 40-hex commit) is logged as a warning and recorded
 Facts recorded: repo, commit, files (count), bytes (size on disk), revision_pinned, and
 "lock": {repo, commit, files, bytes} for the deploy lock file.
 
-With `deploy --locked LOCKFILE` (ctx.locked): the repo must be the locked one and `revision` must
+With `deploy --locked PINFILE` (ctx.locked): the repo must be the locked one and `revision` must
 resolve to the locked commit, else the stage REFUSES before downloading anything (a branch that
 moved is not silently pinned back: change `revision` to the locked commit, or deploy without
 --locked and promote the new lock). Another commit on disk while the revision resolves to the
@@ -58,7 +58,7 @@ from pydantic import Field, SecretStr, field_validator
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
-from orchestrator.stages._locking import differs, missing_entry, refuse, short
+from orchestrator.stages._pinning import differs, missing_entry, refuse, short
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")

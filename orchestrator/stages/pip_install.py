@@ -31,7 +31,7 @@ Facts recorded: versions (name -> installed version or None), installed (the req
 was asked for, when it ran), index_url (masked), and "lock": {"versions": {name: version}} for
 every requirement that applies on the host (its marker is true), as installed there.
 
-With `deploy --locked LOCKFILE` (ctx.locked) every requirement is installed at exactly its locked
+With `deploy --locked PINFILE` (ctx.locked) every requirement is installed at exactly its locked
 version (`name[extras]==LOCKED`) and the stage is converged only when the installed versions equal
 the locked ones. It REFUSES, before pip runs, a requirement whose specifier does not admit the
 locked version, a requirement the lock does not know and a locked one the playbook no longer
@@ -56,7 +56,7 @@ from pydantic import Field, field_validator
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
-from orchestrator.stages._locking import missing_entry, refuse
+from orchestrator.stages._pinning import missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 QUICK = 120.0

@@ -26,7 +26,7 @@ Converged when `PATH/bin/python` runs, `PATH/bin/python -m pip --version` works 
 Facts recorded: python (version), pip (version), path, pip_repair (the way pip was installed)
 when a repair was needed, and "lock": {"python": "3.11.7"} for the deploy lock file.
 
-With `deploy --locked LOCKFILE` the venv's python must have the locked version (major.minor.micro):
+With `deploy --locked PINFILE` the venv's python must have the locked version (major.minor.micro):
 the existing venv's, or - when the venv is still to be made - the one `python` would create it
 with. Another version is REFUSED before anything is created (under `plan --locked`: a "drift: ..."
 reason).
@@ -46,7 +46,7 @@ from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
 from orchestrator.remote.pyenv import parse_pyvenv_cfg
 from orchestrator.result import Result
-from orchestrator.stages._locking import differs, missing_entry
+from orchestrator.stages._pinning import differs, missing_entry
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout

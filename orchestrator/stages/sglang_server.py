@@ -73,7 +73,7 @@ from orchestrator.sglang import server_rules as rules
 from orchestrator.sglang.layout import DEFAULT_HOST, DEFAULT_PORT, ServerLayout
 from orchestrator.sglang.preflight import Report
 from orchestrator.sglang.server_host import Desired
-from orchestrator.stages._locking import launch_lock, missing_entry, refuse
+from orchestrator.stages._pinning import launch_pin, missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 
@@ -212,12 +212,12 @@ class SGLangServer(Stage, kind="sglang_server"):
     # ------------------------------------------------------------------ deploy --locked
     def _lock_entry(self, desired: Desired, venv: VenvVersions) -> dict[str, Any]:
         """The "lock" fact: SGLang version, launch args and env (names + hash), host paths
-        replaced by placeholders and --host by <host> (orchestrator.stages._locking)."""
+        replaced by placeholders and --host by <host> (orchestrator.stages._pinning)."""
         p = self.params
         paths = {"model_path": p.model_path, "draft_model_path": p.draft_model_path,
                  "state_dir": p.state_dir, "cache_dir": p.cache_dir or self._layout.cache,
                  "python": p.python}
-        return launch_lock(desired.args, desired.env, paths, venv.sglang)
+        return launch_pin(desired.args, desired.env, paths, venv.sglang)
 
     @staticmethod
     def _check_locked(ctx: StageContext, entry: dict[str, Any]) -> Needed | None:

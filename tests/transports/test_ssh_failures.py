@@ -20,7 +20,7 @@ from orchestrator.errors import (
 )
 from orchestrator.transports import SSHTransport
 from tests.sshd import SSHServer, pids_matching, wait_until
-from tests.transport.helpers import Background, gone, unique_sleep_arg
+from tests.transports.helpers import Background, gone, unique_sleep_arg
 
 
 def _transport(closing: list[SSHTransport], spec: Any, **kw: Any) -> SSHTransport:

@@ -1,5 +1,6 @@
-"""Lock files without a host: build_lock over run records, load_lock errors, the drift section,
-the launch normalization of sglang_server and pip_install's pinning under --locked."""
+"""Pin files (deploy.lock.json) without a host: build_pin over run records, load_pin errors,
+the drift section, the launch normalization of sglang_server and pip_install's pinning under
+--locked."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import structlog
 
 from orchestrator.config.model import StageSpec
 from orchestrator.errors import ConfigError, PreflightError
-from orchestrator.lockfile import LOCK_VERSION, build_lock, drift_lines, load_lock, write_lock
-from orchestrator.stages._locking import arg_changes, bind_scope, launch_lock, placeholders
+from orchestrator.pinfile import LOCK_VERSION, build_pin, drift_lines, load_pin, write_pin
+from orchestrator.stages._pinning import arg_changes, bind_scope, launch_pin, placeholders
 from orchestrator.stages.base import Needed, StageContext
 from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage
 
@@ -33,7 +34,7 @@ def _record(**hosts: dict[str, Any]) -> dict[str, Any]:
     return {"run_id": "r1", "playbook": "pb.yaml", "inventory": "inv.yaml", "hosts": hosts}
 
 
-def test_build_lock_keeps_what_every_host_agreed_on() -> None:
+def test_build_pin_keeps_what_every_host_agreed_on() -> None:
     drafter = {"repo": "o/d", "commit": COMMIT_A, "files": 6, "bytes": 10}
     venv = {"python": "3.11.7"}
     rec = _record(**{
@@ -41,7 +42,7 @@ def test_build_lock_keeps_what_every_host_agreed_on() -> None:
                         "health": ("ok", None)}),
         "gpu-2": _host({"drafter": ("ok", dict(drafter)), "venv": ("changed", venv)}),
     })
-    lock = build_lock(rec)
+    lock = build_pin(rec)
     assert lock["lock_version"] == LOCK_VERSION and lock["run_id"] == "r1"
     assert lock["stages"] == {"drafter": drafter, "venv": venv}
     assert lock["disagreements"] == []
@@ -49,33 +50,33 @@ def test_build_lock_keeps_what_every_host_agreed_on() -> None:
     assert "health" not in lock["hosts"]["gpu-1"]  # recorded no lock
 
 
-def test_build_lock_lists_disagreements_and_locks_none_of_them() -> None:
+def test_build_pin_lists_disagreements_and_locks_none_of_them() -> None:
     rec = _record(**{
         "gpu-1": _host({"drafter": ("ok", {"repo": "o/d", "commit": COMMIT_A}),
                         "venv": ("ok", {"python": "3.11.7"})}),
         "gpu-2": _host({"drafter": ("ok", {"repo": "o/d", "commit": COMMIT_B}),
                         "venv": ("ok", {"python": "3.11.7"})}),
     })
-    lock = build_lock(rec)
+    lock = build_pin(rec)
     assert lock["disagreements"] == ["drafter"]
     assert "drafter" not in lock["stages"] and lock["stages"]["venv"] == {"python": "3.11.7"}
     assert lock["hosts"]["gpu-2"]["drafter"]["commit"] == COMMIT_B  # still shown per host
 
 
-def test_build_lock_ignores_stages_that_did_not_converge() -> None:
+def test_build_pin_ignores_stages_that_did_not_converge() -> None:
     rec = _record(**{"gpu-1": _host({
         "drafter": ("failed", {"repo": "o/d", "commit": COMMIT_A}),
         "target": ("would-change", {"repo": "o/t", "commit": COMMIT_B}),
         "venv": ("ok", {"python": "3.11.7"}),
     })})
-    assert build_lock(rec)["stages"] == {"venv": {"python": "3.11.7"}}
+    assert build_pin(rec)["stages"] == {"venv": {"python": "3.11.7"}}
 
 
 def test_write_then_load_round_trips(tmp_path: Path) -> None:
-    lock = build_lock(_record(**{"gpu-1": _host({"venv": ("ok", {"python": "3.11.7"})})}))
+    lock = build_pin(_record(**{"gpu-1": _host({"venv": ("ok", {"python": "3.11.7"})})}))
     path = tmp_path / "run" / "deploy.lock.json"
-    write_lock(lock, path)
-    assert load_lock(path) == json.loads(path.read_text()) == lock
+    write_pin(lock, path)
+    assert load_pin(path) == json.loads(path.read_text()) == lock
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -84,13 +85,13 @@ def test_write_then_load_round_trips(tmp_path: Path) -> None:
     ('{"lock_version": 99, "stages": {}}', "not a deploy lock file"),
     ('["a list"]', "not a deploy lock file"),
 ])
-def test_load_lock_refuses_what_is_not_a_lock(tmp_path: Path, content: str | None,
+def test_load_pin_refuses_what_is_not_a_lock(tmp_path: Path, content: str | None,
                                               message: str) -> None:
     path = tmp_path / "x.json"
     if content is not None:
         path.write_text(content)
     with pytest.raises(ConfigError) as err:
-        load_lock(path)
+        load_pin(path)
     assert err.value.exit_code == 2
     assert message in err.value.render()
 
@@ -116,10 +117,10 @@ def _launch(base: str, address: str) -> dict[str, Any]:
     paths = {"model_path": f"{base}/models/K", "draft_model_path": f"{base}/models/K-eagle3",
              "state_dir": f"{base}/run", "cache_dir": f"{base}/run/cache",
              "python": f"{base}/venv/bin/python"}
-    return launch_lock(args, env, paths, "0.5.23")
+    return launch_pin(args, env, paths, "0.5.23")
 
 
-def test_launch_lock_is_the_same_on_hosts_with_other_base_dirs_and_addresses() -> None:
+def test_launch_pin_is_the_same_on_hosts_with_other_base_dirs_and_addresses() -> None:
     staging, prod = _launch("/srv/a", "127.0.1.1"), _launch("/opt/orchestrator", "127.0.0.1")
     assert staging == prod
     assert staging["args"][:6] == ["--model-path", "<model_path>", "--tp-size", "8",
@@ -131,11 +132,11 @@ def test_launch_lock_is_the_same_on_hosts_with_other_base_dirs_and_addresses() -
     assert "SYS" not in json.dumps(staging)  # env values are hashed, never stored
 
 
-def test_launch_lock_sees_exposure_and_env_values() -> None:
+def test_launch_pin_sees_exposure_and_env_values() -> None:
     base = _launch("/srv/a", "127.0.0.1")
     assert _launch("/srv/a", "0.0.0.0")["bind"] == "all"
-    other = launch_lock(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "NVL"}, {}, "0.5.23")
-    same = launch_lock(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "SYS"}, {}, "0.5.23")
+    other = launch_pin(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "NVL"}, {}, "0.5.23")
+    same = launch_pin(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "SYS"}, {}, "0.5.23")
     assert other["env"]["names"] == same["env"]["names"]
     assert other["env"]["sha256"] != same["env"]["sha256"]
     assert base["env"]["sha256"] != same["env"]["sha256"]
@@ -197,7 +198,7 @@ def test_a_stage_missing_from_the_lock_is_refused() -> None:
 
 
 def test_drift_reason_under_a_dry_run() -> None:
-    from orchestrator.stages._locking import refuse
+    from orchestrator.stages._pinning import refuse
 
     verdict = refuse(_ctx({"versions": {}}, dry_run=True), "x differs")
     assert isinstance(verdict, Needed)

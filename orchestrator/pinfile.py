@@ -1,4 +1,6 @@
-"""Deploy lock files: what a deploy actually ran, to reproduce it elsewhere exactly.
+"""The pin file (runs/<run-id>/deploy.lock.json): what a deploy actually ran, to reproduce it
+elsewhere exactly. Not to be confused with the host's deploy lock (remote/actions.py
+lock_acquire/lock_release), which keeps two deploys off one host.
 
 Stage kinds record what they pinned down under the fact key "lock" (a JSON object): e.g.
 hf_download the repo and resolved commit, pip_install the versions resolved on the host,
@@ -27,7 +29,7 @@ from orchestrator.events import utc_now
 LOCK_VERSION = 1
 
 
-def build_lock(record: dict[str, Any]) -> dict[str, Any]:
+def build_pin(record: dict[str, Any]) -> dict[str, Any]:
     """A lock document from a run record (summary.json data)."""
     hosts: dict[str, dict[str, Any]] = {}
     for host, h in record.get("hosts", {}).items():
@@ -58,7 +60,7 @@ def build_lock(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_lock(lock: dict[str, Any], path: Path) -> None:
+def write_pin(lock: dict[str, Any], path: Path) -> None:
     """Write atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -66,7 +68,7 @@ def write_lock(lock: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_lock(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_pin(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a lock file; ConfigError (exit 2) when it is missing or not a lock."""
     where = Location(str(path), 1, 1)
     try:

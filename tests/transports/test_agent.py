@@ -19,7 +19,7 @@ from orchestrator.remote import agent, probes
 from orchestrator.transports import LocalTransport
 from orchestrator.transports.agent_client import BOOTSTRAP, agent_source, shipped_modules
 from tests.sshd import pids_matching, wait_until
-from tests.transport.helpers import Background, gone, unique_sleep_arg
+from tests.transports.helpers import Background, gone, unique_sleep_arg
 
 
 def test_shipped_code_parses_as_python_38() -> None:

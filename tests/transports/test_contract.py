@@ -26,7 +26,7 @@ from orchestrator.errors import (
 from orchestrator.transports import LocalTransport, SSHTransport, make_transport
 from orchestrator.transports.agent_client import AgentTransport
 from tests.sshd import pids_matching, wait_until
-from tests.transport.helpers import Background, gone, unique_sleep_arg
+from tests.transports.helpers import Background, gone, unique_sleep_arg
 
 MakeTransport = Callable[..., AgentTransport]
 

@@ -1,6 +1,6 @@
-"""Helpers shared by the stage kinds that honour `deploy --locked LOCKFILE`.
+"""Pin helpers shared by the stage kinds that honour `deploy --locked PINFILE` (the pin file).
 
-A lockable kind records what it pinned down as the fact "lock" (see orchestrator/lockfile.py);
+A lockable kind records what it pinned down as the fact "lock" (see orchestrator/pinfile.py);
 under `--locked` it gets that entry back as `ctx.locked` and compares what THIS deploy would
 produce with it. Two sorts of difference:
 
@@ -104,7 +104,7 @@ def bind_scope(address: str | None) -> str:
     return "address"
 
 
-def launch_lock(args: list[str], env: Mapping[str, str], paths: Mapping[str, str | None],
+def launch_pin(args: list[str], env: Mapping[str, str], paths: Mapping[str, str | None],
                 sglang_version: str | None) -> dict[str, Any]:
     """The lock entry of an SGLang launch.
 
