@@ -240,12 +240,9 @@ def _stop_fields(a: dict[str, Any]) -> dict[str, Any]:
             "waited_s": _float(a.get("waited_s")), "error": _str(a.get("error"))}
 
 
-@fact
 @dataclass(frozen=True)
-class ServerStop:
-    """The `server_stop` action's answer (SIGTERM the group, SIGKILL after the grace)."""
-
-    probe: ClassVar[str] = "server_stop"
+class StopResult:
+    """What stopping a process group answered (shared by server_stop and process_stop)."""
 
     pid: int | None
     was_running: bool
@@ -253,6 +250,15 @@ class ServerStop:
     forced: bool
     waited_s: float | None
     error: str | None
+
+
+@fact
+@dataclass(frozen=True)
+class ServerStop(StopResult):
+    """The `server_stop` action's answer (SIGTERM the group, SIGKILL after the grace)."""
+
+    probe: ClassVar[str] = "server_stop"
+
     holdouts: tuple[Holdout, ...]
 
     @classmethod
@@ -265,17 +271,11 @@ class ServerStop:
 
 @fact
 @dataclass(frozen=True)
-class ProcessStop:
+class ProcessStop(StopResult):
     """The `process_stop` action's answer (a stale process of someone else)."""
 
     probe: ClassVar[str] = "process_stop"
 
-    pid: int | None
-    was_running: bool
-    stopped: bool
-    forced: bool
-    waited_s: float | None
-    error: str | None
     cmdline: tuple[str, ...]
 
     @classmethod
