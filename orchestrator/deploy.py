@@ -33,7 +33,7 @@ from orchestrator.events import (
 )
 from orchestrator.logs import configure
 from orchestrator.pinfile import build_pin, load_pin, write_pin
-from orchestrator.plan import Plan, Selection, build_plan
+from orchestrator.plan import Plan, Selection, build_plan, render_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.runner import EXIT_INTERRUPTED, Runner, RunOptions
 
@@ -157,7 +157,9 @@ def deploy(
 def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,
          locked: dict[str, Any] | None,
          on_start: Callable[[DeployStart], None] | None) -> int:
-    runner = Runner(plan, session.bus, cli_vars=cli_vars, options=options)
+    # every node rendered for its host before any is touched (a ConfigError is exit 2)
+    rendered = render_plan(plan, cli_vars, REDACTOR)
+    runner = Runner(rendered, session.bus, options=options)
     if on_start is not None:
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),

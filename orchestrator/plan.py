@@ -8,6 +8,14 @@ Selection rules (documented in the README):
 A dependency on a stage that is not selected is dropped (the operator asserted it is done).
 A stage's `hosts:` (names or groups), else the playbook's `hosts:`, limits where it runs.
 A cycle is a PlanError.
+
+`render_plan` is the step between plan and run: it renders every (host, stage) node for its
+host (the `when:` condition, `env:`, `check:`, `run:` and `with:` templates, the params validated
+by the kind's model) and collects the secrets to mask, so the runner only executes nodes. Every
+template or param error of every node is collected into one located ConfigError (exit 2),
+raised before any host is touched. Nothing in a playbook's templates depends on what a run finds
+on a host: variables are the playbook's, the inventory's (host and group vars, vars files) and
+the command line's, all known before the run.
 """
 
 from __future__ import annotations
@@ -17,9 +25,18 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
+from typing import Any, Protocol
 
+import structlog
+
+from orchestrator.config.kinds import stage_kinds
+from orchestrator.config.loader import validate_params
 from orchestrator.config.model import Inventory, Playbook, StageSpec
-from orchestrator.errors import PlanError
+from orchestrator.config.templating import evaluate_condition, render_shell, render_value
+from orchestrator.config.variables import host_variables, secret_values
+from orchestrator.errors import ConfigError, ConfigProblem, PlanError
+
+log = structlog.get_logger("orchestrator.plan")
 
 
 def _split(values: Iterable[str] | None) -> list[str]:
@@ -153,3 +170,130 @@ def build_plan(playbook: Playbook, inventory: Inventory, selection: Selection) -
     if not hosts:
         raise PlanError("nothing to do: the selection leaves no (host, stage) to run")
     return Plan(playbook, inventory, hosts, stages, host_stages, deps)
+
+
+# -- rendering: plan -> rendered nodes ---------------------------------------------------------
+
+
+class SecretSink(Protocol):
+    """Where secrets are registered as soon as they are known (orchestrator.redact.Redactor)."""
+
+    def add(self, *values: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Node:
+    """One (host, stage) node rendered for its host: what the runner executes.
+
+    `params` is the kind's validated Params model (None when `when:` is false: `skip_reason`
+    says why); `check_cmd` the rendered `check:` command the runner runs first (None for `run:`
+    stages, whose shell kind runs it itself); `env` the rendered `env:`.
+    """
+
+    host: str
+    spec: StageSpec
+    params: Any | None = None
+    check_cmd: str | None = None
+    skip_reason: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """The stage kind's YAML name."""
+        return self.spec.kind
+
+
+@dataclass
+class RenderedPlan:
+    """A plan with every (host, stage) node rendered, and the secrets each host's vars hold."""
+
+    plan: Plan
+    nodes: dict[str, dict[str, Node]]
+    secrets: dict[str, set[str]]
+
+    def node(self, host: str, sid: str) -> Node:
+        """The rendered node of one stage on one host."""
+        return self.nodes[host][sid]
+
+
+def _problem(spec: StageSpec, message: str) -> ConfigProblem:
+    return ConfigProblem(spec.location, f"stage {spec.id!r}: {message}")
+
+
+def render_plan(
+    plan: Plan, cli_vars: dict[str, Any] | None = None, secrets: SecretSink | None = None
+) -> RenderedPlan:
+    """Render every (host, stage) node; collect all template/param errors into one ConfigError.
+
+    Each host's secret values go to `secrets` (the run's redactor) as soon as they are known,
+    so that an error message rendered later is masked too.
+    """
+    kinds = stage_kinds()
+    problems: list[ConfigProblem] = []
+    nodes: dict[str, dict[str, Node]] = {}
+    host_secrets: dict[str, set[str]] = {}
+    for host in plan.hosts:
+        try:
+            variables = host_variables(plan.playbook, plan.inventory, host, cli_vars or {})
+        except ConfigError as exc:
+            problems += exc.problems
+            continue
+        mine = host_secrets[host] = set(secret_values(plan.playbook, plan.inventory, variables))
+        if secrets is not None:
+            secrets.add(*mine)
+        nodes[host] = {}
+        for sid in plan.host_stages[host]:
+            spec = plan.stages[sid]
+            try:
+                node = nodes[host][sid] = _render_node(host, spec, variables, kinds)
+            except ConfigError as exc:
+                problems += exc.problems
+                continue
+            _warn_secret_on_command_line(node, kinds, mine)
+    if problems:
+        raise ConfigError(list(dict.fromkeys(problems)))
+    return RenderedPlan(plan, nodes, host_secrets)
+
+
+def _warn_secret_on_command_line(node: Node, kinds: dict[str, Any], secrets: set[str]) -> None:
+    """A secret rendered into a shell command is on that shell's argv (`ps`, /proc/PID/cmdline)
+    while it runs; the output is masked but the command line is not. Say so (once per stage)."""
+    if node.params is None:
+        return
+    texts = [getattr(node.params, name, None) for name in kinds[node.kind].shell_params]
+    texts.append(node.check_cmd)
+    values = [v for v in secrets if len(v) >= 4]
+    if any(isinstance(t, str) and any(v in t for v in values) for t in texts):
+        log.warning("secret_on_command_line", host=node.host, stage=node.spec.id,
+                    hint="a secret is written into this stage's command, so any local user "
+                    "can read it in `ps` while it runs: pass it with `env:` (env: {TOKEN: "
+                    "\"{{ hf_token }}\"}) and use \"$TOKEN\" in the command")
+
+
+def _render_node(
+    host: str, spec: StageSpec, variables: dict[str, Any], kinds: dict[str, Any]
+) -> Node:
+    at = spec.location_of
+    if spec.when is not None and not evaluate_condition(spec.when, variables, at("when")):
+        return Node(host, spec, skip_reason=f"when: {spec.when} is false")
+    kind = kinds.get(spec.kind)
+    if kind is None:
+        raise ConfigError([_problem(spec, f"unknown stage kind {spec.kind!r}")])
+    env = {k: str(v) for k, v in render_value(spec.env, variables, at("env")).items()}
+    check_cmd = render_shell(spec.check, variables, at("check")) if spec.check else None
+    if spec.run is not None:
+        params = kind.Params.model_validate({
+            "command": render_shell(spec.run, variables, at("run")),
+            "check": check_cmd,
+            "env": env,
+            "become": spec.become,
+        })
+        check_cmd = None  # the shell kind runs it itself
+    else:
+        with_ = dict(spec.with_)
+        shell = {k: with_.pop(k) for k in kind.shell_params if isinstance(with_.get(k), str)}
+        rendered = render_value(with_, variables, at("with"))
+        for name, text in shell.items():  # command text: values shell-quoted, as in `run:`
+            rendered[name] = render_shell(text, variables, at("with", name))
+        params = validate_params(spec, rendered)
+    return Node(host, spec, params=params, check_cmd=check_cmd, env=env)

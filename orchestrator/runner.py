@@ -1,12 +1,11 @@
 """Walk a plan: hosts in a bounded pool, each host's independent stages concurrently, with retries.
 
-For each (host, stage) node the runner:
-  1. renders the stage for that host (all nodes are rendered BEFORE any host is touched, so a
-     template error is exit 2 with nothing changed),
-  2. skips it when `when:` is false or a stage it needs failed,
-  3. runs `check` (the spec's `check:` command, then the kind's own check): converged -> "ok";
+It runs a RenderedPlan (orchestrator.plan.render_plan): every (host, stage) node was rendered for
+its host before the run (a template error is exit 2 with nothing touched). For each node it:
+  1. skips it when `when:` is false or a stage it needs failed,
+  2. runs `check` (the spec's `check:` command, then the kind's own check): converged -> "ok";
      under --dry-run a needed change is reported as "would-change" and nothing is applied,
-  4. otherwise `apply` then `verify` -> "changed", re-running the whole node per `retry:`.
+  3. otherwise `apply` then `verify` -> "changed", re-running the whole node per `retry:`.
 
 It knows stages only through their interface (orchestrator.stages.base) and hosts only through
 `orchestrator.host.Host`. It publishes events on the bus; views and records subscribe.
@@ -38,14 +37,9 @@ from tenacity import (
     wait_exponential,
 )
 
-from orchestrator.config.loader import validate_params
-from orchestrator.config.model import HostSpec, RetrySpec, StageSpec
-from orchestrator.config.templating import evaluate_condition, render_shell, render_value
-from orchestrator.config.variables import host_variables, secret_values
+from orchestrator.config.model import HostSpec, RetrySpec
 from orchestrator.errors import (
     CommandFailed,
-    ConfigError,
-    ConfigProblem,
     ConnectionLost,
     LockHeld,
     OrchestratorError,
@@ -76,7 +70,7 @@ from orchestrator.events import (
     utc_now,
 )
 from orchestrator.host import Host
-from orchestrator.plan import Plan
+from orchestrator.plan import Node, RenderedPlan
 from orchestrator.redact import REDACTOR, Redactor
 from orchestrator.result import Result
 from orchestrator.stages.base import Converged, Stage, StageContext, stage_kinds
@@ -109,17 +103,6 @@ class RunOptions:
 
 
 @dataclass
-class PreparedStage:
-    """One (host, stage) node rendered for its host."""
-
-    stage: Stage | None
-    spec: StageSpec
-    check_cmd: str | None = None
-    skip_reason: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class Outcome:
     """What a run did: per host, per stage status; and the exit code it maps to."""
 
@@ -140,85 +123,6 @@ class Outcome:
         ):
             return EXIT_FAILED
         return EXIT_OK
-
-
-def _problem(spec: StageSpec, message: str) -> ConfigProblem:
-    return ConfigProblem(spec.location, f"stage {spec.id!r}: {message}")
-
-
-def prepare(
-    plan: Plan, cli_vars: dict[str, Any], redactor: Redactor = REDACTOR
-) -> dict[str, dict[str, PreparedStage]]:
-    """Render every (host, stage) node; collect all template/param errors into one ConfigError."""
-    kinds = stage_kinds()
-    problems: list[ConfigProblem] = []
-    out: dict[str, dict[str, PreparedStage]] = {}
-    for host in plan.hosts:
-        try:
-            variables = host_variables(plan.playbook, plan.inventory, host, cli_vars)
-        except ConfigError as exc:
-            problems += exc.problems
-            continue
-        host_secrets = secret_values(plan.playbook, plan.inventory, variables)
-        redactor.add(*host_secrets)
-        out[host] = {}
-        for sid in plan.host_stages[host]:
-            spec = plan.stages[sid]
-            try:
-                out[host][sid] = _prepare_one(spec, variables, kinds)
-            except ConfigError as exc:
-                problems += exc.problems
-                continue
-            _warn_secret_on_command_line(host, out[host][sid], host_secrets)
-    if problems:
-        unique = list(dict.fromkeys(problems))
-        raise ConfigError(unique)
-    return out
-
-
-def _warn_secret_on_command_line(host: str, prepared: PreparedStage, secrets: set[str]) -> None:
-    """A secret rendered into a shell command is on that shell's argv (`ps`, /proc/PID/cmdline)
-    while it runs; the output is masked but the command line is not. Say so (once per stage)."""
-    stage = prepared.stage
-    if stage is None:
-        return
-    texts = [getattr(stage.params, name, None) for name in type(stage).shell_params]
-    texts.append(prepared.check_cmd)
-    values = [v for v in secrets if len(v) >= 4]
-    if any(isinstance(t, str) and any(v in t for v in values) for t in texts):
-        log.warning("secret_on_command_line", host=host, stage=prepared.spec.id,
-                    hint="a secret is written into this stage's command, so any local user "
-                    "can read it in `ps` while it runs: pass it with `env:` (env: {TOKEN: "
-                    "\"{{ hf_token }}\"}) and use \"$TOKEN\" in the command")
-
-
-def _prepare_one(
-    spec: StageSpec, variables: dict[str, Any], kinds: dict[str, type[Stage]]
-) -> PreparedStage:
-    at = spec.location_of
-    if spec.when is not None and not evaluate_condition(spec.when, variables, at("when")):
-        return PreparedStage(None, spec, skip_reason=f"when: {spec.when} is false")
-    kind = kinds.get(spec.kind)
-    if kind is None:
-        raise ConfigError([_problem(spec, f"unknown stage kind {spec.kind!r}")])
-    env = {k: str(v) for k, v in render_value(spec.env, variables, at("env")).items()}
-    check_cmd = render_shell(spec.check, variables, at("check")) if spec.check else None
-    if spec.run is not None:
-        params = kind.Params.model_validate({
-            "command": render_shell(spec.run, variables, at("run")),
-            "check": check_cmd,
-            "env": env,
-            "become": spec.become,
-        })
-        check_cmd = None  # the shell kind runs it itself
-    else:
-        with_ = dict(spec.with_)
-        shell = {k: with_.pop(k) for k in kind.shell_params if isinstance(with_.get(k), str)}
-        rendered = render_value(with_, variables, at("with"))
-        for name, text in shell.items():  # command text: values shell-quoted, as in `run:`
-            rendered[name] = render_shell(text, variables, at("with", name))
-        params = validate_params(spec, rendered)
-    return PreparedStage(kind(params), spec=spec, check_cmd=check_cmd, env=env)
 
 
 class _ConnectionPool:
@@ -316,17 +220,17 @@ class Runner:
 
     def __init__(
         self,
-        plan: Plan,
+        rendered: RenderedPlan,
         bus: EventBus,
         *,
-        cli_vars: dict[str, Any] | None = None,
         options: RunOptions | None = None,
         transport_factory: TransportFactory = make_transport,
         redactor: Redactor = REDACTOR,
     ) -> None:
+        plan = rendered.plan
         self.plan = plan
+        self.nodes = rendered.nodes
         self.bus = bus
-        self.cli_vars = cli_vars or {}
         self.options = options or RunOptions()
         self.factory = transport_factory
         self.redactor = redactor
@@ -334,7 +238,15 @@ class Runner:
         self._cancel = threading.Event()
         self._pools: dict[str, _ConnectionPool] = {}
         self._lock = threading.Lock()
-        self.prepared = prepare(plan, self.cli_vars, redactor)
+        for secrets in rendered.secrets.values():
+            redactor.add(*secrets)
+        kinds = stage_kinds()
+        #: one Stage per node to run (kinds keep no state on self)
+        self._stages: dict[tuple[str, str], Stage] = {
+            (host, sid): kinds[node.kind](node.params)
+            for host, mine in rendered.nodes.items() for sid, node in mine.items()
+            if node.params is not None
+        }
         self._owner = {
             "run_id": bus.run_id, "user": getpass.getuser(), "operator": socket.gethostname(),
             "pid": os.getpid(), "playbook": plan.playbook.name, "started_at": utc_now(),
@@ -393,7 +305,7 @@ class Runner:
         structlog.contextvars.bind_contextvars(host=host, run_id=self.bus.run_id)
         spec = self.plan.inventory.hosts[host]
         t0 = time.monotonic()
-        stages = self.prepared[host]
+        stages = self.nodes[host]
 
         def on_wait(attempt: int, elapsed: float, error: BaseException | str) -> None:
             self.bus.publish(HostWaiting(
@@ -450,7 +362,7 @@ class Runner:
         self.bus.publish(HostFinished(host=host, status=overall,
                                       duration_s=round(time.monotonic() - t0, 3)))
 
-    def _walk(self, host: str, stages: dict[str, PreparedStage], pool: _ConnectionPool,
+    def _walk(self, host: str, stages: dict[str, Node], pool: _ConnectionPool,
               unreachable: list[BaseException]) -> None:
         """Run one host's stages in dependency order, independent ones concurrently."""
         sorter = TopologicalSorter(self.plan.graph(host))
@@ -515,7 +427,7 @@ class Runner:
                 return root if root.startswith("after ") else f"after {root}"
         return None
 
-    def _host_unreachable(self, host: str, stages: dict[str, PreparedStage],
+    def _host_unreachable(self, host: str, stages: dict[str, Node],
                           exc: BaseException) -> None:
         with self._lock:
             self.outcome.unreachable.add(host)
@@ -555,7 +467,7 @@ class Runner:
                  "is released with its connection and taken over automatically",
         )
 
-    def _host_locked(self, host: str, stages: dict[str, PreparedStage], exc: LockHeld) -> None:
+    def _host_locked(self, host: str, stages: dict[str, Node], exc: LockHeld) -> None:
         with self._lock:
             self.outcome.locked.add(host)
         self.bus.publish(HostLockHeld(host=host, error=exc.render()))
@@ -581,15 +493,15 @@ class Runner:
 
     # -- per stage ----------------------------------------------------------------------------
 
-    def _run_stage(self, host: str, prep: PreparedStage, pool: _ConnectionPool,
+    def _run_stage(self, host: str, node: Node, pool: _ConnectionPool,
                    unreachable: list[BaseException]) -> str:
-        sid = prep.spec.id
+        sid = node.spec.id
         structlog.contextvars.bind_contextvars(host=host, stage=sid, run_id=self.bus.run_id)
         t0 = time.monotonic()
-        if prep.skip_reason or prep.stage is None:
-            return self._end_stage(host, sid, "skipped", 0.0, reason=prep.skip_reason)
-        self.bus.publish(StageStarted(host=host, stage=sid, kind=prep.spec.kind))
-        spec = prep.spec
+        if node.skip_reason or (host, sid) not in self._stages:
+            return self._end_stage(host, sid, "skipped", 0.0, reason=node.skip_reason)
+        self.bus.publish(StageStarted(host=host, stage=sid, kind=node.spec.kind))
+        spec = node.spec
         attempts = 0
         facts: dict[str, Any] = {}
         timings: dict[str, float] = {}
@@ -601,7 +513,7 @@ class Runner:
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
                     structlog.contextvars.bind_contextvars(attempt=attempts)
-                    status, reason = self._attempt(host, prep, transport, attempts, facts, timings)
+                    status, reason = self._attempt(host, node, transport, attempts, facts, timings)
             return self._end_stage(host, sid, status, time.monotonic() - t0, reason=reason,
                                    attempts=attempts, facts=facts or None,
                                    check_s=timings.get("check_s"))
@@ -632,9 +544,9 @@ class Runner:
             if transport is not None:
                 pool.release(transport)
 
-    def _attempt(self, host: str, prep: PreparedStage, transport: Transport, attempt: int,
+    def _attempt(self, host: str, node: Node, transport: Transport, attempt: int,
                  facts: dict[str, Any], timings: dict[str, float]) -> tuple[str, str]:
-        spec, stage = prep.spec, prep.stage
+        spec, stage = node.spec, self._stages.get((host, node.spec.id))
         assert stage is not None
         sid = spec.id
 
@@ -668,14 +580,14 @@ class Runner:
         ctx = StageContext(
             spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),
             dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
-            secrets=self.redactor.values, env=prep.env, open_host=open_host,
+            secrets=self.redactor.values, env=node.env, open_host=open_host,
             inventory_hosts=dict(self.plan.inventory.hosts), cancelled=self._cancel,
             # a stage the lock has no entry for gets {}: kinds that lock refuse it
             locked=self.options.locked.get("stages", {}).get(sid, {})
             if self.options.locked is not None else None,
         )
         try:
-            return self._check_apply(host, prep, h, ctx, attempt, timings)
+            return self._check_apply(host, node, h, ctx, attempt, timings)
         finally:
             for t in opened:
                 t.close()
@@ -698,14 +610,15 @@ class Runner:
                                                  error=str(exc).splitlines()[0]))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _check_apply(self, host: str, prep: PreparedStage, h: Host, ctx: StageContext,
+    def _check_apply(self, host: str, node: Node, h: Host, ctx: StageContext,
                      attempt: int, timings: dict[str, float]) -> tuple[str, str]:
-        spec, stage, sid = prep.spec, prep.stage, prep.spec.id
+        spec, sid = node.spec, node.spec.id
+        stage = self._stages.get((host, sid))
         assert stage is not None
         t = time.monotonic()
-        if prep.check_cmd is not None:
+        if node.check_cmd is not None:
             r = self._read_only(host, sid, lambda: h.run(
-                prep.check_cmd, timeout=spec.timeout, become=spec.become, env=prep.env))
+                node.check_cmd, timeout=spec.timeout, become=spec.become, env=node.env))
             if r.ok:
                 timings["check_s"] = round(time.monotonic() - t, 3)
                 return "ok", "check passed"

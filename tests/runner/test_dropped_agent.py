@@ -21,7 +21,7 @@ from typing import Any
 from orchestrator.config import load_all
 from orchestrator.events import EventBus, RunLog
 from orchestrator.logs import configure
-from orchestrator.plan import Selection, build_plan
+from orchestrator.plan import Selection, build_plan, render_plan
 from orchestrator.runner import Runner, RunOptions
 from orchestrator.sim.procs import alive
 from orchestrator.transports.ssh import SSHTransport
@@ -55,7 +55,7 @@ def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
     configure(RunLog(bus.run_id, [events.append]))  # the transport's log lines, as in the CLI
     try:
         t0 = time.monotonic()
-        outcome = Runner(plan, bus, cli_vars={}, options=RunOptions(),
+        outcome = Runner(render_plan(plan, {}), bus, options=RunOptions(),
                          transport_factory=factory).run()
     finally:
         configure(None)
