@@ -56,6 +56,16 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator
 
 from orchestrator.errors import CommandFailed, StageError
+from orchestrator.facts import to_data
+from orchestrator.facts.downloads import (
+    FileProblem,
+    HfAnswer,
+    HfError,
+    HfManifest,
+    HfStat,
+    VerifiedFile,
+)
+from orchestrator.facts.programs import marked_result
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
 from orchestrator.stages._pinning import differs, missing_entry, refuse, short
@@ -139,7 +149,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
         })
 
     def _script(self, host: Host, ctx: StageContext, op: str, *, timeout: float | None,
-                **extra: Any) -> dict[str, Any]:
+                **extra: Any) -> HfAnswer:
         """Run one op of remote/hfcheck.py on the host; return its result or raise StageError."""
         started = time.monotonic()
 
@@ -150,19 +160,16 @@ class HfDownloadStage(Stage, kind="hf_download"):
 
         result = host.run_argv([self.params.python, "-c", _SCRIPT, op, self._args(**extra)],
                                timeout=timeout, env=self._env(ctx), on_output=on_output)
-        answer = None
-        for line in reversed(result.stdout.splitlines()):
-            if line.startswith("ORCH_RESULT "):
-                answer = json.loads(line[len("ORCH_RESULT "):])
-                break
+        answer = marked_result(result.stdout)
         if answer is None:
             raise CommandFailed(result, what=f"{op} of {self.params.repo} failed on the host",
                                 hint=f"check that {self.params.python} exists and runs")
-        if "error" in answer:
-            raise self._error(op, answer["error"])
-        return answer
+        parsed = HfAnswer.from_answer(answer)
+        if parsed.error is not None:
+            raise self._error(op, parsed.error)
+        return parsed
 
-    def _error(self, op: str, err: dict[str, Any]) -> StageError:
+    def _error(self, op: str, err: HfError) -> StageError:
         return download_error(self.params, op, err)
 
     def _resolve(self, host: Host, ctx: StageContext) -> str:
@@ -172,7 +179,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
             return p.revision
         if self._resolved is not None:  # resolved once per check -> apply -> verify
             return self._resolved
-        commit = self._script(host, ctx, "resolve", timeout=QUICK)["commit"]
+        commit = str(self._script(host, ctx, "resolve", timeout=QUICK).commit)
         self._resolved = commit
         ctx.log.warning("hf_download.unpinned_revision", repo=p.repo, revision=p.revision,
                         commit=commit, hint="pin `revision` to the 40-hex commit")
@@ -180,15 +187,15 @@ class HfDownloadStage(Stage, kind="hf_download"):
         ctx.record("resolved_commit", commit)
         return commit
 
-    def _read_manifest(self, host: Host) -> dict[str, Any] | None:
+    def _read_manifest(self, host: Host) -> HfManifest | None:
         try:
             data = host.read_json(self.manifest_path)
         except ValueError:
             return None
-        return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
+        return HfManifest.from_answer(data)
 
-    def _record(self, ctx: StageContext, commit: str, files: list[dict[str, Any]]) -> None:
-        total = sum(int(f["size"]) for f in files)
+    def _record(self, ctx: StageContext, commit: str, files: tuple[VerifiedFile, ...]) -> None:
+        total = sum(f.size for f in files)
         ctx.record("repo", self.params.repo)
         ctx.record("commit", commit)
         ctx.record("files", len(files))
@@ -225,7 +232,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
                        f"{want[0]} files, {want[1]} bytes")
 
     def _check_locked(self, host: Host, ctx: StageContext,
-                      manifest: dict[str, Any] | None) -> tuple[Needed | None, str]:
+                      manifest: HfManifest | None) -> tuple[Needed | None, str]:
         """(verdict, note) of the lock before the usual check; the note says what a dry run
         cannot know read-only."""
         p, locked = self.params, ctx.locked or {}
@@ -248,13 +255,12 @@ class HfDownloadStage(Stage, kind="hf_download"):
         verdict = self._lock_commit(ctx, commit)
         if verdict is not None:
             return verdict, ""
-        if manifest is not None and manifest.get("repo") == p.repo:
-            have = manifest.get("commit")
+        if manifest is not None and manifest.repo == p.repo:
+            have = manifest.commit
             if have != commit:
                 return Needed(f"drift: commit {short(have)} on the host, the lock has "
                               f"{short(commit)} (deploy --locked downloads the locked commit)"), ""
-            files = manifest["files"]
-            return self._lock_contents(ctx, len(files), sum(int(f["size"]) for f in files)), ""
+            return self._lock_contents(ctx, len(manifest.files), manifest.total_size), ""
         return None, ""
 
     # ------------------------------------------------------------------ stage interface
@@ -271,10 +277,10 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if manifest is None:
             return Needed(f"{p.local_dir} holds no verified download of {p.repo} "
                           f"(no {MANIFEST}){note}")
-        if manifest.get("repo") != p.repo or manifest.get("repo_type", "model") != p.repo_type:
-            return Needed(f"{p.local_dir} holds {manifest.get('repo')}, not {p.repo}")
-        if (manifest.get("allow_patterns") != p.allow_patterns
-                or manifest.get("ignore_patterns") != p.ignore_patterns):
+        if manifest.repo != p.repo or manifest.repo_type != p.repo_type:
+            return Needed(f"{p.local_dir} holds {manifest.repo}, not {p.repo}")
+        if (manifest.allow_patterns != p.allow_patterns
+                or manifest.ignore_patterns != p.ignore_patterns):
             return Needed("allow_patterns/ignore_patterns changed since the verified download")
         if not COMMIT_RE.match(p.revision):
             probe = host.run_argv([p.python, "-c", "import huggingface_hub"], timeout=QUICK,
@@ -283,26 +289,26 @@ class HfDownloadStage(Stage, kind="hf_download"):
                 return Needed(f"cannot resolve {p.revision!r} yet: {p.python} has no "
                               "huggingface_hub")
         commit = self._resolve(host, ctx)
-        if manifest.get("commit") != commit:
-            return Needed(f"{p.local_dir} holds commit {str(manifest.get('commit'))[:12]}, "
+        if manifest.commit != commit:
+            return Needed(f"{p.local_dir} holds commit {str(manifest.commit)[:12]}, "
                           f"{p.revision} is {commit[:12]}")
-        files = manifest["files"]
-        stats = host.probe("hf_stat", root=p.local_dir, paths=[f["path"] for f in files])
+        files = manifest.files
+        stats = host.fact(HfStat, root=p.local_dir, paths=[f.path for f in files]).files
         changed = []
         for f in files:
-            st = stats.get(f["path"])
+            st = stats.get(f.path)
             if st is None:
-                changed.append(f"{f['path']} (missing)")
-            elif st[0] != f["size"]:
-                changed.append(f"{f['path']} (size {st[0]} != {f['size']})")
-            elif st[1] != f["mtime_ns"]:
-                changed.append(f"{f['path']} (modified since verified)")
+                changed.append(f"{f.path} (missing)")
+            elif st.size != f.size:
+                changed.append(f"{f.path} (size {st.size} != {f.size})")
+            elif st.mtime_ns != f.mtime_ns:
+                changed.append(f"{f.path} (modified since verified)")
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
                                               if len(changed) > 5 else "")
             return Needed(f"{len(changed)} file(s) differ from the verified download: {shown}")
         self._record(ctx, commit, files)
-        total = sum(int(f["size"]) for f in files)
+        total = manifest.total_size
         return Converged(f"{len(files)} files of {p.repo}@{commit[:12]} present "
                          f"({human_bytes(total)})")
 
@@ -315,9 +321,9 @@ class HfDownloadStage(Stage, kind="hf_download"):
         ctx.progress(f"downloading {p.repo}@{commit[:12]} to {p.local_dir}")
         answer = self._script(host, ctx, "download", timeout=ctx.timeout,
                               revision=commit)
-        self._commit = answer["commit"]
-        ctx.log.info("hf_download.downloaded", repo=p.repo, commit=answer["commit"],
-                     files=answer["files"], bytes=answer["bytes"])
+        self._commit = answer.commit
+        ctx.log.info("hf_download.downloaded", repo=p.repo, commit=answer.commit,
+                     files=answer.file_count, bytes=answer.bytes)
 
     def verify(self, host: Host, ctx: StageContext) -> None:
         p = self.params
@@ -325,7 +331,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
         ctx.progress(f"verifying {p.repo}@{commit[:12]} (hashing on the host)")
         answer = self._script(host, ctx, "verify", timeout=ctx.timeout, revision=commit,
                               commit=commit)
-        problems = answer["problems"]
+        problems = answer.problems
         if problems:
             raise StageError(
                 f"{len(problems)} file(s) of {p.repo}@{commit[:12]} in {p.local_dir} are "
@@ -337,32 +343,29 @@ class HfDownloadStage(Stage, kind="hf_download"):
             "repo": p.repo, "repo_type": p.repo_type, "revision": p.revision, "commit": commit,
             "allow_patterns": p.allow_patterns, "ignore_patterns": p.ignore_patterns,
             "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "bytes": answer["bytes"], "files": answer["files"],
+            "bytes": answer.bytes, "files": to_data(answer.files),
         }
-        extra = answer.get("extra") or []
+        extra = list(answer.extra)
         if extra:
             ctx.log.warning("hf_download.extra_files", local_dir=p.local_dir, files=extra[:20],
                             hint="files not in this commit (an older revision's?); loaders that "
                             "glob *.safetensors may pick them up: remove them")
             ctx.record("extra_files", extra)
         if ctx.locked is not None:  # raises (no manifest written) when the files differ
-            self._lock_contents(ctx, len(answer["files"]),
-                                sum(int(f["size"]) for f in answer["files"]))
+            self._lock_contents(ctx, len(answer.files), answer.total_size)
         host.write_file(self.manifest_path, json.dumps(manifest, indent=1) + "\n")
-        self._record(ctx, commit, answer["files"])
+        self._record(ctx, commit, answer.files)
         ctx.log.info("hf_download.verified", repo=p.repo, commit=commit,
-                     files=len(answer["files"]), bytes=answer["bytes"])
+                     files=len(answer.files), bytes=answer.bytes)
 
 
-def _describe(problem: dict[str, Any]) -> str:
-    path = problem["path"]
-    if problem["problem"] == "missing":
-        return f"{path}: missing (expected {problem['expected']} bytes)"
-    if problem["problem"] == "size":
-        return (f"{path}: size {problem['actual']} bytes, expected {problem['expected']} "
-                "(deleted)")
-    return (f"{path}: {problem['algo']} {problem['actual']}, expected {problem['expected']} "
-            "(deleted)")
+def _describe(problem: FileProblem) -> str:
+    path = problem.path
+    if problem.problem == "missing":
+        return f"{path}: missing (expected {problem.expected} bytes)"
+    if problem.problem == "size":
+        return f"{path}: size {problem.actual} bytes, expected {problem.expected} (deleted)"
+    return f"{path}: {problem.algo} {problem.actual}, expected {problem.expected} (deleted)"
 
 
 def _show_progress(ctx: StageContext, fields: list[str], elapsed: float) -> None:
@@ -376,9 +379,9 @@ def _show_progress(ctx: StageContext, fields: list[str], elapsed: float) -> None
     ctx.progress(f"{verb} {human_bytes(done)} of {human_bytes(total)}{pct}{rate}")
 
 
-def download_error(p: Any, op: str, err: dict[str, Any]) -> StageError:
+def download_error(p: Any, op: str, err: HfError) -> StageError:
     """The StageError (with what to do) for one error answer of remote/hfcheck.py."""
-    kind, message, status = err.get("kind"), err.get("message", ""), err.get("status")
+    kind, message, status = err.kind, err.message, err.status
     where = p.endpoint or "the hub"
     head = f"{op} of {p.repo}@{p.revision} failed"
     first = message.splitlines()[0] if message else ""

@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.errors import StageError
+from orchestrator.facts.files import PathInfo
 from orchestrator.host import Host
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
@@ -203,7 +204,7 @@ class InspectConfigStage(Stage, kind="inspect_config"):
 
     def _inspect(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
-        if ctx.dry_run and not host.probe("path", path=p.path).get("exists"):
+        if ctx.dry_run and not host.fact(PathInfo, path=p.path).exists:
             # --dry-run on a fresh host: the download that makes it has not run yet
             return Needed(f"the {p.label} file {p.path} does not exist yet")
         config = self._load(host, ctx, p.path, p.label)

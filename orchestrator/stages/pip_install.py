@@ -54,6 +54,8 @@ from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
 from orchestrator.errors import CommandFailed, StageError
+from orchestrator.facts.pip import InstalledDistributions
+from orchestrator.facts.programs import last_json_line
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
 from orchestrator.stages._pinning import missing_entry, refuse
@@ -154,15 +156,14 @@ class PipInstallStage(Stage, kind="pip_install"):
         if not r.ok:
             self._python_error = r.tail(3).strip() or f"exit code {r.exit_code}"
             return None
-        try:
-            data = json.loads(r.stdout.strip().splitlines()[-1])
-            return data["versions"], data["env"]
-        except (ValueError, KeyError, IndexError):
+        found = InstalledDistributions.from_answer(last_json_line(r.stdout))
+        if found.versions is None or found.env is None:
             raise StageError(
                 f"{self.params.python} printed something unexpected instead of the installed "
                 f"versions: {r.tail(5)!r}",
                 hint="check that this python starts cleanly (no output from sitecustomize)",
-            ) from None
+            )
+        return found.versions, found.env
 
     def _evaluate(self, versions: dict[str, str | None], marker_env: dict[str, str],
                   requirements: list[str] | None = None) -> list[tuple[str, str]]:

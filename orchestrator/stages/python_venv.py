@@ -34,17 +34,17 @@ reason).
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-from typing import Any
+from dataclasses import dataclass
 
 from pydantic import Field
 
 from orchestrator.errors import CommandFailed, StageError
+from orchestrator.facts.programs import last_json_line
+from orchestrator.facts.pyenv import PipWheels, PyInfo, VenvState
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
-from orchestrator.remote.pyenv import parse_pyvenv_cfg
 from orchestrator.result import Result
 from orchestrator.stages._pinning import differs, missing_entry
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
@@ -79,6 +79,18 @@ def _tail(result: Result, n: int = 6) -> str:
     return result.tail(n).strip() or f"exit code {result.exit_code}"
 
 
+@dataclass(frozen=True)
+class VenvLook:
+    """The venv's folder (a typed fact) and what its python and pip answered."""
+
+    state: VenvState
+    python: str | None = None
+    pip: str | None = None
+    python_error: str | None = None
+    pip_error: str | None = None
+    site_ok: bool = True
+
+
 class PythonVenvStage(Stage, kind="python_venv"):
     """Create or repair a virtual environment until its python and pip both work."""
 
@@ -94,59 +106,50 @@ class PythonVenvStage(Stage, kind="python_venv"):
     def _env(self, ctx: StageContext) -> dict[str, str]:
         return {**ctx.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
-    def _inspect(self, host: Host, ctx: StageContext, *, full: bool = True) -> dict[str, Any]:
+    def _inspect(self, host: Host, ctx: StageContext, *, full: bool = True) -> VenvLook:
         """Look at the venv: state of the folder, its python, its pip (read-only).
 
         `full` runs `python -m pip --version` (the real test); otherwise pip is only imported.
         """
-        state = dict(host.probe("venv_state", path=self.params.path))
-        state["python"] = None
-        state["pip"] = None
-        state["python_error"] = None
-        state["pip_error"] = None
-        state["site_ok"] = True
-        if not state["exists"] or not state["is_dir"]:
-            return state
-        if state["python_exists"]:
+        state = host.fact(VenvState, path=self.params.path)
+        look = VenvLook(state=state)
+        if not state.exists or not state.is_dir:
+            return look
+        python = pip = python_error = pip_error = None
+        if not state.python_exists:
+            python_error = f"{self.vpy} does not exist"
+        else:
             r = host.run_argv([self.vpy, "-c", _PYINFO, "info_pip"], timeout=QUICK,
                               env=self._env(ctx))
-            if r.ok:
-                try:
-                    info = json.loads(r.stdout.strip().splitlines()[-1])
-                    state["python"] = info["version"]
-                    if not full:
-                        state["pip"] = info["pip"]
-                        state["pip_error"] = None if info["pip"] else "pip does not import"
-                except (ValueError, KeyError, IndexError):
-                    state["python_error"] = f"unexpected output: {r.stdout[-200:]!r}"
+            info = PyInfo.from_answer(last_json_line(r.stdout)) if r.ok else None
+            if info is None:
+                python_error = _tail(r, 3)
+            elif info.version is None:
+                python_error = f"unexpected output: {r.stdout[-200:]!r}"
             else:
-                state["python_error"] = _tail(r, 3)
-        else:
-            state["python_error"] = f"{self.vpy} does not exist"
-        if state["python"] and full:
+                python = info.version
+                if not full:
+                    pip, pip_error = info.pip, None if info.pip else "pip does not import"
+        if python and full:
             r = host.run_argv([self.vpy, "-m", "pip", "--version"], timeout=QUICK,
                               env=self._env(ctx))
             m = _PIP_VERSION.match(r.stdout.strip()) if r.ok else None
-            if m:
-                state["pip"] = m.group(1)
-            else:
-                state["pip_error"] = _tail(r, 3)
-        if state["pyvenv_cfg"] is not None:
-            cfg = parse_pyvenv_cfg(state["pyvenv_cfg"])
-            has_site = cfg.get("include-system-site-packages", "false").lower() == "true"
-            state["site_ok"] = has_site == self.params.system_site_packages
-        return state
+            pip, pip_error = (m.group(1), None) if m else (None, _tail(r, 3))
+        site_ok = state.pyvenv_cfg is None or \
+            state.system_site_packages == self.params.system_site_packages
+        return VenvLook(state=state, python=python, pip=pip, python_error=python_error,
+                        pip_error=pip_error, site_ok=site_ok)
 
     # ------------------------------------------------------------------ stage interface
 
-    def _check_locked(self, host: Host, ctx: StageContext, s: dict[str, Any]) -> Needed | None:
+    def _check_locked(self, host: Host, ctx: StageContext, s: VenvLook) -> Needed | None:
         """Refuse (dry run: report) a python version other than the locked one."""
         verdict = missing_entry(ctx)
         if verdict is not None:
             return verdict
         want = (ctx.locked or {}).get("python")
-        have, whose = s["python"], "the venv's python"
-        if have is None or s["pyvenv_cfg"] is None:  # apply would (re)create it with p.python
+        have, whose = s.python, "the venv's python"
+        if have is None or s.state.pyvenv_cfg is None:  # apply would (re)create it with p.python
             have = self._base_version(host, ctx)
             whose = f"{self.params.python} (which would create the venv)"
         if want is None or have is None or have == want:
@@ -163,57 +166,58 @@ class PythonVenvStage(Stage, kind="python_venv"):
             verdict = self._check_locked(host, ctx, s)
             if verdict is not None:
                 return verdict
-        if not s["exists"]:
+        if not s.state.exists:
             return Needed(f"{p.path} does not exist")
-        if not s["is_dir"]:
+        if not s.state.is_dir:
             return Needed(f"{p.path} exists but is not a directory (apply will refuse)")
-        if not s["entries"]:
+        if not s.state.entries:
             return Needed(f"{p.path} is an empty directory")
-        if s["pyvenv_cfg"] is None and not s["skeleton_only"]:
+        if s.state.pyvenv_cfg is None and not s.state.skeleton_only:
             return Needed(f"{p.path} is not a virtual environment (apply will refuse)")
-        if s["python"] is None:
-            return Needed(f"the venv's python is broken: {s['python_error']}")
-        if s["pip"] is None:
-            return Needed(f"the venv has no working pip: {s['pip_error']}")
-        if not s["site_ok"]:
+        if s.python is None:
+            return Needed(f"the venv's python is broken: {s.python_error}")
+        if s.pip is None:
+            return Needed(f"the venv has no working pip: {s.pip_error}")
+        if not s.site_ok:
             want = "on" if p.system_site_packages else "off"
             return Needed(f"system_site_packages should be {want}")
         record_venv(ctx, self.params.path, s)
-        return Converged(f"python {s['python']} with pip {s['pip']} in {p.path}")
+        return Converged(f"python {s.python} with pip {s.pip} in {p.path}")
 
     def apply(self, host: Host, ctx: StageContext) -> None:
         p = self.params
         s = self._inspect(host, ctx, full=False)
-        if s["exists"] and not s["is_dir"]:
+        if s.state.exists and not s.state.is_dir:
             raise StageError(
                 f"{p.path} exists and is not a directory, so no virtual environment can be "
                 "created there",
                 hint=f"remove it (rm {shlex.quote(p.path)}) or choose another `path`",
             )
-        if s["exists"] and s["entries"] and s["pyvenv_cfg"] is None and not s["skeleton_only"]:
-            shown = ", ".join(s["entries"][:8])
+        st = s.state
+        if st.exists and st.entries and st.pyvenv_cfg is None and not st.skeleton_only:
+            shown = ", ".join(s.state.entries[:8])
             raise StageError(
                 f"{p.path} is a non-empty directory that is not a virtual environment "
                 f"(no pyvenv.cfg; it holds: {shown}); refusing to overwrite it",
                 hint=f"move it away or choose another `path` than {p.path}",
             )
-        if not s["exists"] or not s["entries"]:
+        if not s.state.exists or not s.state.entries:
             self._create(host, ctx, clear=False)
-        elif s["python"] is None or s["pyvenv_cfg"] is None:
-            ctx.log.warning("python_venv.recreate", path=p.path, reason=s["python_error"])
-            ctx.record("recreated", s["python_error"] or "interrupted creation")
+        elif s.python is None or s.state.pyvenv_cfg is None:
+            ctx.log.warning("python_venv.recreate", path=p.path, reason=s.python_error)
+            ctx.record("recreated", s.python_error or "interrupted creation")
             self._create(host, ctx, clear=True)
-        elif not s["site_ok"]:
+        elif not s.site_ok:
             # re-running venv on an existing one rewrites pyvenv.cfg and keeps the packages
             self._venv(host, ctx, without_pip=True, clear=False, check=True)
         s = self._inspect(host, ctx, full=False)
-        if s["python"] is None:
+        if s.python is None:
             raise StageError(
-                f"created {p.path} but its python does not run: {s['python_error']}",
+                f"created {p.path} but its python does not run: {s.python_error}",
                 hint=f"check that {p.python} works on the host: {p.python} -c 'print(1)'",
             )
-        if s["pip"] is None:
-            self._repair_pip(host, ctx, s["python"])
+        if s.pip is None:
+            self._repair_pip(host, ctx, s.python)
 
     def verify(self, host: Host, ctx: StageContext) -> None:
         verdict = self.check(host, ctx)
@@ -274,12 +278,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
         tried.append(f"ensurepip: {_tail(r, 2)}")
 
         r = host.run_argv([self.vpy, "-c", _PYINFO, "find_wheels"], timeout=QUICK, env=env)
-        wheels: list[str] = []
-        if r.ok:
-            try:
-                wheels = list(json.loads(r.stdout.strip().splitlines()[-1]))
-            except (ValueError, IndexError):
-                wheels = []
+        wheels = PipWheels.from_answer(last_json_line(r.stdout) if r.ok else None).wheels
         for wheel in wheels:
             ctx.progress(f"installing pip from {wheel}")
             r = host.run_argv([self.vpy, wheel + "/pip", "install", "--no-index",
@@ -321,10 +320,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
         """The version of `python` (the interpreter that makes the venv), or None."""
         r = host.run_argv([self.params.python, "-c", _PYINFO, "info"], timeout=QUICK,
                           env=self._env(ctx))
-        try:
-            return json.loads(r.stdout.strip().splitlines()[-1])["version"] if r.ok else None
-        except (ValueError, KeyError, IndexError):
-            return None
+        return PyInfo.from_answer(last_json_line(r.stdout)).version if r.ok else None
 
     def _debian_hint(self, host: Host, ctx: StageContext, version: str | None = None) -> str:
         return debian_venv_hint(version or self._base_version(host, ctx))
@@ -350,12 +346,12 @@ def debian_venv_hint(version: str | None) -> str:
             f"then rerun; or set `pip_index_url` so the host's pip can install pip")
 
 
-def record_venv(ctx: StageContext, path: str, s: dict[str, Any]) -> None:
+def record_venv(ctx: StageContext, path: str, s: VenvLook) -> None:
     """The venv's facts in the run record (and the python version for the pin file)."""
     ctx.record("path", path)
-    ctx.record("python", s["python"])
-    ctx.record("pip", s["pip"])
-    ctx.record("lock", {"python": s["python"]})
+    ctx.record("python", s.python)
+    ctx.record("pip", s.pip)
+    ctx.record("lock", {"python": s.python})
 
 
 def _repaired(ctx: StageContext, path: str, how: str) -> None:

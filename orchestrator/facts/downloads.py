@@ -1,0 +1,163 @@
+"""Hugging Face downloads on the host: file stats, the hfcheck program's answers, the manifest.
+
+`HfStat` answers the agent probe `hf_stat`. `HfAnswer` is not an agent probe: the venv's python
+answers it (the hf_download stage runs `PYTHON -c HFCHECK OP ARGS`,
+orchestrator/remote/hfcheck.py; the JSON after `ORCH_RESULT ` on its last such line).
+`HfManifest` is the stage's own `.orchestrator-download.json`, read back from the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from orchestrator.facts.base import fact
+
+
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _s(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """Size and modification time (ns) of one file."""
+
+    size: int | None
+    mtime_ns: int | None
+
+
+@fact
+@dataclass(frozen=True)
+class HfStat:
+    """Each asked path's stat under a root; None for a missing file."""
+
+    probe: ClassVar[str] = "hf_stat"
+
+    files: dict[str, FileStat | None]
+
+    @classmethod
+    def from_answer(cls, answer: Any) -> HfStat:
+        """Parse hf_stat's `{path: [size, mtime_ns] | None}`."""
+        files: dict[str, FileStat | None] = {}
+        for path, st in _d(answer).items():
+            ok = isinstance(st, list) and len(st) == 2
+            files[str(path)] = FileStat(_int(st[0]), _int(st[1])) if ok else None
+        return cls(files=files)
+
+
+@dataclass(frozen=True)
+class VerifiedFile:
+    """One file whose size and hash matched the hub (a manifest entry)."""
+
+    path: str
+    size: int
+    hash: str | None
+    mtime_ns: int | None
+
+    @classmethod
+    def from_answer(cls, answer: Any) -> VerifiedFile:
+        a = _d(answer)
+        return cls(path=str(a.get("path")), size=_int(a.get("size")) or 0,
+                   hash=_s(a.get("hash")), mtime_ns=_int(a.get("mtime_ns")))
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """One file that is missing, of the wrong size or hash (verify deleted the latter two)."""
+
+    path: str
+    problem: str
+    expected: Any
+    actual: Any
+    algo: str | None
+
+
+@dataclass(frozen=True)
+class HfError:
+    """An error answer: its kind (gated, network, ...), HTTP status and message."""
+
+    kind: str | None
+    status: int | None
+    message: str
+
+
+@fact
+@dataclass(frozen=True)
+class HfAnswer:
+    """One op's answer: resolve (commit), download (commit, file_count, bytes), verify
+    (commit, files, problems, bytes, extra), or an error."""
+
+    probe: ClassVar[str] = "hfcheck"
+
+    error: HfError | None
+    commit: str | None
+    file_count: int | None
+    bytes: int | None
+    files: tuple[VerifiedFile, ...]
+    problems: tuple[FileProblem, ...]
+    extra: tuple[str, ...]
+
+    @classmethod
+    def from_answer(cls, answer: Any) -> HfAnswer:
+        """Parse the ORCH_RESULT JSON of one hfcheck op."""
+        a = _d(answer)
+        err = a.get("error")
+        error = None
+        if err is not None:
+            e = _d(err)
+            error = HfError(kind=_s(e.get("kind")), status=_int(e.get("status")),
+                            message=str(e.get("message") or ""))
+        files = a.get("files")
+        problems = tuple(FileProblem(path=str(p.get("path")), problem=str(p.get("problem")),
+                                     expected=p.get("expected"), actual=p.get("actual"),
+                                     algo=_s(p.get("algo")))
+                         for p in map(_d, a.get("problems") or []))
+        return cls(error=error, commit=_s(a.get("commit")), file_count=_int(files),
+                   bytes=_int(a.get("bytes")),
+                   files=tuple(map(VerifiedFile.from_answer, files))
+                   if isinstance(files, list) else (),
+                   problems=problems, extra=tuple(str(x) for x in a.get("extra") or []))
+
+    @property
+    def total_size(self) -> int:
+        """The verified files' bytes."""
+        return sum(f.size for f in self.files)
+
+
+@fact
+@dataclass(frozen=True)
+class HfManifest:
+    """What a verified download wrote into its folder (None fields: absent in the file)."""
+
+    probe: ClassVar[str] = "hf_manifest"
+
+    repo: str | None
+    repo_type: str
+    commit: str | None
+    allow_patterns: Any
+    ignore_patterns: Any
+    files: tuple[VerifiedFile, ...]
+
+    @classmethod
+    def from_answer(cls, answer: Any) -> HfManifest | None:
+        """Parse the manifest's JSON; None when it is not one (no `files` list)."""
+        a = _d(answer)
+        if not isinstance(a.get("files"), list):
+            return None
+        return cls(repo=_s(a.get("repo")), repo_type=str(a.get("repo_type", "model")),
+                   commit=_s(a.get("commit")), allow_patterns=a.get("allow_patterns"),
+                   ignore_patterns=a.get("ignore_patterns"),
+                   files=tuple(map(VerifiedFile.from_answer, a["files"])))
+
+    @property
+    def total_size(self) -> int:
+        """The files' bytes."""
+        return sum(f.size for f in self.files)
