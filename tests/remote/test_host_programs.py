@@ -150,7 +150,9 @@ def test_bootstrap_explains_an_old_python(version: str) -> None:
 
     var = f"ORCH_TEST_PYTHON{version.replace('.', '')}"
     python = os.environ.get(var) or shutil.which(f"python{version}")
-    if not python:
+    # a pyenv shim of a version that is not active exits 127: not an interpreter
+    if not python or subprocess.run([python, "-c", "pass"], capture_output=True,
+                                    timeout=30).returncode != 0:
         pytest.skip(f"no Python {version} here (set {var} to one)")
     r = _boot(python, b"")
     assert r.returncode == 3
