@@ -52,13 +52,3 @@ def venv_state(path: str) -> dict:
         pass
     out["python_exists"] = os.path.isfile(os.path.join(p, "bin", "python"))
     return out
-
-
-def parse_pyvenv_cfg(text: str) -> dict:
-    """``key = value`` lines of a pyvenv.cfg as a dict (keys lower-cased)."""
-    out = {}
-    for line in text.splitlines():
-        if "=" in line:
-            key, _, value = line.partition("=")
-            out[key.strip().lower()] = value.strip()
-    return out

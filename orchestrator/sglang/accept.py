@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.sglang.flags import at_least
+
 DEFAULT_DECODE_LOG_INTERVAL = 40
 _METRIC = re.compile(r"^sglang:spec_accept_length(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.M)
 
@@ -116,6 +118,4 @@ def decode_work(info: Any) -> int:
 
 def per_request_chat(version: str | None) -> bool:
     """True when the release takes return_spec_tokens_details on chat (0.5.19+)."""
-    from orchestrator.sglang.flags import at_least
-
     return at_least(version, 0, 5, 19)

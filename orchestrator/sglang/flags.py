@@ -106,24 +106,6 @@ class FlagSet:
         """The canonical name of an exact option string (aliases included), else None."""
         return self.options.get(option)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version, "source": self.source, "options": self.options,
-            "arity": self.arity, "choices": self.choices, "deprecated": self.deprecated,
-            "removed": self.removed, "data_version": self.data_version,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> FlagSet:
-        return cls(
-            version=str(data["version"]), source=str(data["source"]),
-            data_version=str(data.get("data_version") or data["version"]),
-            options=dict(data.get("options") or {}), arity=dict(data.get("arity") or {}),
-            choices={k: list(v) for k, v in (data.get("choices") or {}).items()},
-            deprecated=dict(data.get("deprecated") or {}),
-            removed=dict(data.get("removed") or {}),
-        )
-
 
 # ------------------------------------------------------------------------------ release data
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CommandTimeout
 from orchestrator.facts.hardware import GpuHealth
+from orchestrator.facts.programs import marked_result
 from orchestrator.facts.venv import VenvVersions
 from orchestrator.host import Host
 from orchestrator.remote import source
@@ -134,16 +135,15 @@ def native_check(host: Host, ctx: StageContext, python: str, timeout: float,
                           timeout=timeout, env=desired.env)
     except CommandTimeout:
         return NativeCheck(True, kind="timeout", seconds=time.monotonic() - started)
-    for line in reversed(r.stdout.splitlines()):
-        if line.startswith("ORCH_RESULT "):
-            try:
-                got = json.loads(line[len("ORCH_RESULT "):])
-            except ValueError:
-                break
-            return NativeCheck(bool(got.get("available")), bool(got.get("ok")),
-                               str(got.get("kind") or ""), str(got.get("message") or ""),
-                               float(got.get("seconds") or 0.0))
-    return NativeCheck(False, kind="no answer", message=r.tail(3))
+    try:
+        got = marked_result(r.stdout)
+    except ValueError:
+        got = None
+    if not isinstance(got, dict):
+        return NativeCheck(False, kind="no answer", message=r.tail(3))
+    return NativeCheck(bool(got.get("available")), bool(got.get("ok")),
+                       str(got.get("kind") or ""), str(got.get("message") or ""),
+                       float(got.get("seconds") or 0.0))
 
 
 def _nvfp4(host: Host, p: Any, target: dict[str, Any] | None,
