@@ -14,9 +14,11 @@ NVFP4_FORMAT = "nvfp4-pack-quantized"
 def nvfp4(launch: Launch) -> Iterator[str]:
     """A `nvfp4-pack-quantized` checkpoint needs compressed-tensors >= 0.10.0.
 
-    SGLang maps each config group's `format` to `CompressionFormat` when it builds the quant
-    config (layers/quantization/compressed_tensors/compressed_tensors.py); the member
-    `nvfp4_pack_quantized` is absent in compressed-tensors 0.8.1 - 0.9.4 (AttributeError).
+    SGLang reads `CompressionFormat.nvfp4_pack_quantized` when it classifies the checkpoint's
+    formats (layers/quantization/compressed_tensors/utils.py:17 (0.5.9), :18 (0.5.23),
+    `is_activation_quantization_format`): AttributeError where the enum lacks the member. It
+    exists from compressed-tensors 0.10.0 (compressed_tensors/config/base.py:35) and is absent in
+    0.9.4 (the same enum, base.py:26) and earlier.
     """
     if NVFP4_FORMAT not in quant_formats(launch.target):
         return

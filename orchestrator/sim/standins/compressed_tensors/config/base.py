@@ -1,6 +1,8 @@
 """`CompressionFormat`: the checkpoint compression formats this release knows.
 
-As in the real package, `nvfp4_pack_quantized` is absent up to 0.9.x and present from 0.10.0.
+As in the real package, `nvfp4_pack_quantized` is absent up to 0.9.x (0.9.4:
+compressed_tensors/config/base.py:26, the enum without it) and present from 0.10.0
+(compressed_tensors/config/base.py:35).
 Looking up a missing member raises `AttributeError: <name>`, the message Python <= 3.11 gives
 for enums (kept the same on newer Pythons so the simulated failure reads the same everywhere).
 """

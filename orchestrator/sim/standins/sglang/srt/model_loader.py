@@ -442,7 +442,11 @@ def _spec_profile(algo: str, dcfg: HFConfig, same_as_target: bool, steps: int,
 
 
 def _get_scheme_format(fmt: str):
-    """Map a checkpoint's compressed-tensors `format` string to the library's enum member."""
+    """Map a checkpoint's compressed-tensors `format` string to the library's enum member.
+
+    Real SGLang names `CompressionFormat.nvfp4_pack_quantized` while classifying the formats
+    (layers/quantization/compressed_tensors/utils.py:17 (0.5.9), :18 (0.5.23)); the member exists
+    from compressed-tensors 0.10.0 (compressed_tensors/config/base.py:35)."""
     from compressed_tensors import CompressionFormat
 
     if fmt == "nvfp4-pack-quantized":
