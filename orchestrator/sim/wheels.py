@@ -33,7 +33,8 @@ STANDINS_DIR = Path(__file__).resolve().parent / "standins"
 
 # The releases the simulated index offers, and what each declares (FACTS.md "compressed-tensors").
 SGLANG_RELEASES: dict[str, list[str]] = {
-    # 0.5.2 - 0.5.18 declare compressed-tensors without a pin; 0.5.19+ pin ==0.18.0
+    # Requires-Dist of the real wheels' METADATA: `compressed-tensors` unpinned in 0.5.9 and
+    # 0.5.15, `compressed-tensors==0.18.0` in 0.5.19 (checked for each supported release)
     **{v: ["compressed-tensors"] for v in ("0.5.9", "0.5.10", "0.5.12", "0.5.15")},
     **{v: ["compressed-tensors==0.18.0"] for v in ("0.5.19", "0.5.20", "0.5.23")},
 }
