@@ -9,8 +9,8 @@ its host before the run (a template error is exit 2 with nothing touched). For e
 
 It knows stages only through their interface (orchestrator.stages.base) and hosts only through
 `orchestrator.host.Host`. It publishes events on the bus; views and records subscribe.
-Each worker thread owns the transport it uses: a host has a small pool of connections, one per
-concurrently running stage, opened lazily.
+A host's concurrently running stages share its one agent connection (the agent multiplexes
+requests); a transport that cannot multiplex gets one connection per running stage, opened lazily.
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class RunOptions:
     per_host: int = 4
     dry_run: bool = False
     wait_for_host: float = 10.0
+    #: take nothing on trust from earlier runs (hf_download hashes every file again)
+    verify: bool = False
     locked: dict[str, Any] | None = None
     sleep: Callable[[float], None] = time.sleep
 
@@ -126,7 +128,13 @@ class Outcome:
 
 
 class _ConnectionPool:
-    """The connections to one host; each is used by one thread at a time."""
+    """The connections to one host.
+
+    A transport that multiplexes (`multiplexed = True`: the agent serves many requests at once
+    over one SSH channel) is opened once and shared by every thread working on the host, so
+    concurrent stages cost no second SSH connection. Any other transport is used by one thread
+    at a time, and the pool opens one per concurrently running stage.
+    """
 
     def __init__(self, spec: HostSpec, factory: TransportFactory, on_wait: Callable[..., None],
                  on_reconnect: Callable[[Transport], None] | None = None):
@@ -136,22 +144,27 @@ class _ConnectionPool:
         self.on_reconnect = on_reconnect
         self._free: list[Transport] = []
         self._all: list[Transport] = []
+        self._shared: Transport | None = None
         self._lock = threading.Lock()
+        self._opening = threading.Lock()  # one connection is opened at a time
 
     def acquire(self, budget: float) -> Transport:
-        with self._lock:
-            idle = self._free.pop() if self._free else None
-        if idle is not None:
-            if not getattr(idle, "connected", True):
-                idle.connect(budget=budget)  # e.g. the container was restarted meanwhile
-            return idle
-        t = self.factory(self.spec, on_wait=self.on_wait)
-        if self.on_reconnect is not None:
-            t.on_reconnect = functools.partial(self.on_reconnect, t)
-        t.connect(budget=budget)
-        with self._lock:
-            self._all.append(t)
-        return t
+        with self._opening:
+            with self._lock:
+                t = self._shared or (self._free.pop() if self._free else None)
+            if t is not None:
+                if not getattr(t, "connected", True):
+                    t.connect(budget=budget)  # e.g. the container was restarted meanwhile
+                return t
+            t = self.factory(self.spec, on_wait=self.on_wait)
+            if self.on_reconnect is not None:
+                t.on_reconnect = functools.partial(self.on_reconnect, t)
+            t.connect(budget=budget)
+            with self._lock:
+                self._all.append(t)
+                if getattr(t, "multiplexed", False):
+                    self._shared = t
+            return t
 
     def connections(self) -> list[Transport]:
         with self._lock:
@@ -159,7 +172,8 @@ class _ConnectionPool:
 
     def release(self, t: Transport) -> None:
         with self._lock:
-            self._free.append(t)
+            if t is not self._shared:
+                self._free.append(t)
 
     def kill_all(self) -> None:
         with self._lock:
@@ -173,6 +187,7 @@ class _ConnectionPool:
     def close(self) -> None:
         with self._lock:
             transports, self._all, self._free = list(self._all), [], []
+            self._shared = None
         for t in transports:
             try:
                 t.close()
@@ -579,7 +594,8 @@ class Runner:
 
         ctx = StageContext(
             spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),
-            dry_run=self.options.dry_run, timeout=spec.timeout, facts=facts, progress=progress,
+            dry_run=self.options.dry_run, verify=self.options.verify, timeout=spec.timeout,
+            facts=facts, progress=progress,
             secrets=self.redactor.values, env=node.env, open_host=open_host,
             inventory_hosts=dict(self.plan.inventory.hosts), cancelled=self._cancel,
             # a stage the lock has no entry for gets {}: kinds that lock refuse it

@@ -58,6 +58,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                         "(with plan: show the drift)")
     p.add_argument("--json", action="store_true",
                    help="print the run summary as JSON on stdout instead of the table")
+    p.add_argument("--verify", action="store_true",
+                   help="hash every downloaded file again (the usual check hashes only the "
+                        "files whose size, mtime or inode changed since they were verified)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
 
@@ -111,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     from orchestrator.cli.service_cmds import add_subcommands as add_service_commands
 
     add_service_commands(sub)
+    from orchestrator.cli.bench_cmds import add_subcommands as add_bench_commands
+
+    add_bench_commands(sub)
     try:
         from orchestrator.sim.cli import add_subcommands
     except ImportError:  # the simulator is optional at run time
@@ -186,7 +192,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                f"{start.nodes} stage run(s); run {start.run_id}")
 
     options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
-                         wait_for_host=wait_for_host)
+                         wait_for_host=wait_for_host, verify=args.verify)
     try:
         outcome = deploy(
             args.playbook, args.inventory, cli_vars=parse_cli_vars(args.var),

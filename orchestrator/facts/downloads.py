@@ -1,6 +1,7 @@
 """Hugging Face downloads on the host: file stats, the hfcheck program's answers, the manifest.
 
-`HfStat` answers the agent probe `hf_stat`. `HfAnswer` is not an agent probe: the venv's python
+`HfFiles` and `HfRevision` answer the agent probes `hf_files` and `hf_revision` (the converged
+check: no interpreter). `HfAnswer` is not an agent probe: the venv's python
 answers it (the hf_download stage runs `PYTHON -c HFCHECK OP ARGS`,
 orchestrator/remote/hfcheck.py; the JSON after `ORCH_RESULT ` on its last such line).
 `HfManifest` is the stage's own `.orchestrator-download.json`, read back from the host.
@@ -27,30 +28,57 @@ def _s(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class FileStat:
-    """Size and modification time (ns) of one file."""
+class FileCheck:
+    """One manifest file against the disk: its state and its stat now (None: missing)."""
 
+    state: str  # ok | same | missing | size | hash
     size: int | None
     mtime_ns: int | None
+    ino: int | None
+
+    @property
+    def changed(self) -> bool:
+        """The file is not the verified one (missing, other size, other content)."""
+        return self.state not in ("ok", "same")
 
 
 @fact
 @dataclass(frozen=True)
-class HfStat:
-    """Each asked path's stat under a root; None for a missing file."""
+class HfFiles:
+    """The manifest's files checked on the host (agent probe `hf_files`), by path."""
 
-    probe: ClassVar[str] = "hf_stat"
+    probe: ClassVar[str] = "hf_files"
 
-    files: dict[str, FileStat | None]
+    files: dict[str, FileCheck]
 
     @classmethod
-    def from_answer(cls, answer: Any) -> HfStat:
-        """Parse hf_stat's `{path: [size, mtime_ns] | None}`."""
-        files: dict[str, FileStat | None] = {}
-        for path, st in _d(answer).items():
-            ok = isinstance(st, list) and len(st) == 2
-            files[str(path)] = FileStat(_int(st[0]), _int(st[1])) if ok else None
+    def from_answer(cls, answer: Any) -> HfFiles:
+        """Parse hf_files' `{path: [state, size, mtime_ns, ino]}`."""
+        files: dict[str, FileCheck] = {}
+        for path, row in _d(answer).items():
+            if isinstance(row, list) and len(row) == 4 and isinstance(row[0], str):
+                files[str(path)] = FileCheck(row[0], _int(row[1]), _int(row[2]), _int(row[3]))
         return cls(files=files)
+
+
+@fact
+@dataclass(frozen=True)
+class HfRevision:
+    """The commit a branch names on the hub (agent probe `hf_revision`), or why it is unknown."""
+
+    probe: ClassVar[str] = "hf_revision"
+
+    commit: str | None
+    error: str | None
+    status: int | None
+
+    @classmethod
+    def from_answer(cls, answer: Any) -> HfRevision:
+        """Parse hf_revision's `{"commit"}` or `{"error", "status"}`."""
+        a = _d(answer)
+        commit = _s(a.get("commit"))
+        return cls(commit=commit, error=_s(a.get("error")) if commit is None else None,
+                   status=_int(a.get("status")))
 
 
 @dataclass(frozen=True)
@@ -61,12 +89,15 @@ class VerifiedFile:
     size: int
     hash: str | None
     mtime_ns: int | None
+    #: the inode (None in manifests written before it was recorded)
+    ino: int | None = None
 
     @classmethod
     def from_answer(cls, answer: Any) -> VerifiedFile:
         a = _d(answer)
         return cls(path=str(a.get("path")), size=_int(a.get("size")) or 0,
-                   hash=_s(a.get("hash")), mtime_ns=_int(a.get("mtime_ns")))
+                   hash=_s(a.get("hash")), mtime_ns=_int(a.get("mtime_ns")),
+                   ino=_int(a.get("ino")))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ from typing import Any, ClassVar
 
 from orchestrator.facts.base import fact
 
+#: environment that changes what an interpreter imports: with any of these set, only the
+#: interpreter itself can say what it has (the files of its venv are not the whole story)
+INTERPRETER_VARS = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE"})
+
 
 def _s(value: Any) -> str | None:
     return None if value is None else str(value)
@@ -95,3 +99,48 @@ class PipWheels:
     def from_answer(cls, answer: Any) -> PipWheels:
         """Parse find_wheels' JSON list (anything else: no wheels)."""
         return cls(wheels=tuple(str(w) for w in answer) if isinstance(answer, list) else ())
+
+
+@fact
+@dataclass(frozen=True)
+class VenvInventory:
+    """A venv as its files tell (agent probe `venv_inventory`, no interpreter started).
+
+    `version` comes from pyvenv.cfg, `pip` is pip's version when its dist-info and package are
+    there, `versions` (None: the files do not settle it, ask the interpreter) maps each asked
+    name to its installed version, `env` holds that python's PEP 508 marker variables.
+    """
+
+    probe: ClassVar[str] = "venv_inventory"
+
+    state: VenvState
+    version: str | None
+    python_ok: bool
+    pip: str | None
+    versions: dict[str, str | None] | None
+    env: dict[str, str] | None
+
+    @classmethod
+    def from_answer(cls, answer: Any) -> VenvInventory:
+        """Parse venv_inventory's dict (venv_state's keys and its own)."""
+        a = answer if isinstance(answer, dict) else {}
+        versions, env = a.get("versions"), a.get("env")
+        return cls(state=VenvState.from_answer(a), version=_s(a.get("version")),
+                   python_ok=a.get("python_ok") is True, pip=_s(a.get("pip")),
+                   versions={str(k): _s(v) for k, v in versions.items()}
+                   if isinstance(versions, dict) else None,
+                   env={str(k): str(v) for k, v in env.items()}
+                   if isinstance(env, dict) and isinstance(versions, dict) else None)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the files answered the versions (else the interpreter must be asked)."""
+        return self.versions is not None and self.env is not None and self.python_ok
+
+
+def venv_of(python: str) -> str | None:
+    """The venv folder of VENV/bin/python (None for a python outside a bin/ folder)."""
+    head, _, leaf = python.rstrip("/").rpartition("/")
+    if not leaf.startswith("python") or not head.endswith("/bin"):
+        return None
+    return head[: -len("/bin")] or None

@@ -2,8 +2,10 @@
 
 Two uses of this one file (stdlib only at import time, Python 3.8+):
 
-* Shipped with the agent: probe ``hf_stat(root, paths)`` -> ``{path: [size, mtime_ns] | None}``,
-  the cheap check of a verified download (no hashing).
+* Shipped with the agent: the probes of a converged check, which start no interpreter:
+  ``hf_files(root, files, verify)`` compares each file of the manifest (path, size, hash, mtime,
+  inode) with the disk and hashes again only the files whose stat changed (all with ``verify``);
+  ``hf_revision(endpoint, repo, revision, ...)`` asks the hub which commit a branch names.
 * Run as a program by a python that has huggingface_hub (the venv's), as
   ``PY -c SOURCE OP ARGS_JSON``; OP is one of:
 
@@ -49,17 +51,79 @@ CHUNK = 8 * 1024 * 1024
 BOOKKEEPING = (".cache", ".orchestrator")
 
 
-@probe("hf_stat")
-def hf_stat(root: str, paths: list) -> dict:
-    """Size and mtime (ns) of each ``root/path``; None for a missing file."""
+#: hub API prefix per repo type (huggingface_hub 2.4.0 hf_api.py:3205 models, :3276 datasets,
+#: :3416 spaces: `{endpoint}/api/{models|datasets|spaces}/{repo_id}/revision/{quote(rev)}`)
+_API_KIND = {"model": "models", "dataset": "datasets", "space": "spaces"}
+
+
+@probe("hf_revision")
+def hf_revision(endpoint: str, repo: str, revision: str, repo_type: str = "model",
+                token=None, proxies=None, timeout: float = 30.0) -> dict:
+    """The commit a branch or tag names, asked of the hub with the stdlib (no huggingface_hub).
+
+    The same request as huggingface_hub's `repo_info` (2.4.0 hf_api.py:3201-3216: GET
+    .../revision/{quote(revision, safe='')} with `authorization: Bearer TOKEN`,
+    utils/_headers.py:119; the answer's `sha` is the commit, hf_api.py:916). Returns
+    {"commit"} or {"error": text, "status": HTTP status or None}: the stage then asks
+    huggingface_hub itself, whose errors it knows how to explain.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    url = "{}/api/{}/{}/revision/{}".format(
+        endpoint.rstrip("/"), _API_KIND.get(repo_type, "models"), repo,
+        urllib.parse.quote(revision, safe=""))
+    req = urllib.request.Request(url, headers={"authorization": "Bearer " + token}
+                                 if token else {})
+    handlers = [urllib.request.ProxyHandler({**urllib.request.getproxies(),
+                                             **dict(proxies or {})})]
+    try:
+        with urllib.request.build_opener(*handlers).open(req, timeout=float(timeout)) as resp:
+            sha = json.loads(resp.read(4 << 20).decode("utf-8")).get("sha")
+    except urllib.error.HTTPError as exc:
+        return {"error": f"HTTP {exc.code}", "status": exc.code}
+    except Exception as exc:  # noqa: BLE001 - reported as data
+        return {"error": f"{type(exc).__name__}: {exc}", "status": None}
+    if not (isinstance(sha, str) and COMMIT_RE.match(sha)):
+        return {"error": "no commit in the hub's answer", "status": None}
+    return {"commit": sha}
+
+
+def _rehash(path: str, size: int, recorded: str) -> str:
+    """The file's hash in the recorded one's algorithm ("sha256:HEX" or "git-sha1:HEX")."""
+    algo = recorded.partition(":")[0]
+    return algo + ":" + (_sha256(path) if algo == "sha256" else _git_blob_sha1(path, size))
+
+
+@probe("hf_files")
+def hf_files(root: str, files: list, verify: bool = False) -> dict:
+    """Each manifest entry ``{path, size, hash, mtime_ns, ino}`` against the file under root.
+
+    Only a file whose stat changed (size equal, but mtime or inode not: touched, copied over,
+    replaced) is hashed again, and every file when ``verify``. Returns {path: [state, size,
+    mtime_ns, ino]} with state one of "ok" (stat as recorded), "same" (hashed again: content as
+    verified), "missing", "size", "hash" (content differs from the verified download).
+    """
     out = {}
-    for rel in paths:
+    for f in files:
+        rel = f["path"]
+        path = os.path.join(root, rel)
         try:
-            st = os.stat(os.path.join(root, rel))
+            st = os.stat(path)
         except OSError:
-            out[rel] = None
+            out[rel] = ["missing", None, None, None]
             continue
-        out[rel] = [st.st_size, st.st_mtime_ns]
+        stat = [st.st_size, st.st_mtime_ns, st.st_ino]
+        if st.st_size != f.get("size"):
+            state = "size"
+        elif (verify or not f.get("hash") or st.st_mtime_ns != f.get("mtime_ns")
+              or f.get("ino") not in (None, st.st_ino)):
+            same = bool(f.get("hash")) and _rehash(path, st.st_size, f["hash"]) == f["hash"]
+            state = "same" if same else "hash"
+        else:
+            state = "ok"
+        out[rel] = [state] + stat
     return out
 
 
@@ -156,6 +220,8 @@ def _download(args: dict) -> dict:
     from huggingface_hub import snapshot_download
 
     stale = _remove_stale_partials(args["local_dir"])
+    for rel in args.get("forget") or []:  # content changed since verified: fetch it again
+        _forget(args["local_dir"], rel)
     commit = _resolve(args)
     files = _listing(args, commit)
     total = sum(f["size"] for f in files)
@@ -245,7 +311,7 @@ def _verify(args: dict) -> dict:
             return {"path": f["path"], "problem": "hash", "algo": algo, "expected": expected,
                     "actual": actual}
         return {"path": f["path"], "size": st.st_size, "hash": algo + ":" + actual,
-                "mtime_ns": st.st_mtime_ns}
+                "mtime_ns": st.st_mtime_ns, "ino": st.st_ino}
 
     workers = max(1, min(int(args.get("max_workers", 8)), len(files) or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.errors import CommandTimeout
 from orchestrator.facts.hardware import GpuHealth
 from orchestrator.facts.programs import marked_result
+from orchestrator.facts.pyenv import VenvInventory, venv_of
 from orchestrator.facts.venv import VenvVersions
 from orchestrator.host import Host
 from orchestrator.remote import source
@@ -45,7 +46,16 @@ class Desired:
 
 
 def venv_versions(host: Host, python: str, timeout: float, nvfp4: bool = False) -> VenvVersions:
-    """The venv's python answers VENV_FACTS; a failing python is an `error`."""
+    """The venv's versions: read from its files (no interpreter, probe `venv_inventory`) when
+    they settle it and NVFP4 support is not asked; else the venv's python answers VENV_FACTS
+    (a failing python is an `error`)."""
+    venv = None if nvfp4 else venv_of(python)
+    if venv is not None:
+        inv = host.fact(VenvInventory, path=venv, names=["sglang", "compressed-tensors"])
+        if inv.settled and inv.versions is not None:
+            return VenvVersions.from_answer({
+                "python": inv.version, "sglang": inv.versions["sglang"],
+                "compressed_tensors": inv.versions["compressed-tensors"]})
     argv = [python, "-c", VENV_FACTS] + (["--nvfp4"] if nvfp4 else [])
     r = host.run_argv(argv, timeout=max(60.0, timeout))
     if not r.ok:

@@ -60,6 +60,8 @@ class StageContext:
     run_id: str
     log: Any
     dry_run: bool = False
+    #: `deploy --verify`: check what a converged check takes on trust (hashes of downloads)
+    verify: bool = False
     timeout: float | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str], None] = lambda message: None

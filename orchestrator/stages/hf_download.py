@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -58,11 +59,13 @@ from pydantic import Field, SecretStr, field_validator
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.facts import to_data
 from orchestrator.facts.downloads import (
+    FileCheck,
     FileProblem,
     HfAnswer,
     HfError,
+    HfFiles,
     HfManifest,
-    HfStat,
+    HfRevision,
     VerifiedFile,
 )
 from orchestrator.facts.programs import marked_result
@@ -179,13 +182,43 @@ class HfDownloadStage(Stage, kind="hf_download"):
             return p.revision
         if self._resolved is not None:  # resolved once per check -> apply -> verify
             return self._resolved
-        commit = str(self._script(host, ctx, "resolve", timeout=QUICK).commit)
-        self._resolved = commit
-        ctx.log.warning("hf_download.unpinned_revision", repo=p.repo, revision=p.revision,
-                        commit=commit, hint="pin `revision` to the 40-hex commit")
+        commit = self._ask_hub(host, ctx)
+        if commit is None:
+            commit = self._resolved = str(self._script(host, ctx, "resolve", timeout=QUICK).commit)
+            self._announce_branch(ctx, commit)
+        return commit
+
+    def _announce_branch(self, ctx: StageContext, commit: str) -> None:
+        ctx.log.warning("hf_download.unpinned_revision", repo=self.params.repo,
+                        revision=self.params.revision, commit=commit,
+                        hint="pin `revision` to the 40-hex commit")
         ctx.record("revision_pinned", False)
         ctx.record("resolved_commit", commit)
-        return commit
+
+    def _ask_hub(self, host: Host, ctx: StageContext) -> str | None:
+        """The commit the branch names, asked by the agent (no interpreter, no huggingface_hub);
+        None when that did not work: huggingface_hub is then asked, and explains any error."""
+        p, env = self.params, self._env(ctx)
+        # huggingface_hub's endpoint: HF_ENDPOINT, else the public hub (2.4.0 constants.py:67-69)
+        endpoint = p.endpoint or env.get("HF_ENDPOINT") or "https://huggingface.co"
+        proxies = {k.lower()[: -len("_proxy")]: v for k, v in env.items()
+                   if k.lower() in ("http_proxy", "https_proxy", "all_proxy")}
+        token = p.token.get_secret_value() if p.token is not None else None
+        answer = host.fact(HfRevision, endpoint=endpoint, repo=p.repo, revision=p.revision,
+                           repo_type=p.repo_type, token=token, proxies=proxies)
+        if answer.commit is None:
+            ctx.log.debug("hf_download.hub_quick_resolve_failed", error=answer.error)
+            return None
+        self._resolved = answer.commit  # resolved once per check -> apply -> verify
+        self._announce_branch(ctx, answer.commit)
+        return answer.commit
+
+    def _describes(self, manifest: HfManifest, commit: str) -> bool:
+        """The manifest is of this repo, commit and patterns."""
+        p = self.params
+        return (manifest.repo == p.repo and manifest.repo_type == p.repo_type
+                and manifest.commit == commit and manifest.allow_patterns == p.allow_patterns
+                and manifest.ignore_patterns == p.ignore_patterns)
 
     def _read_manifest(self, host: Host) -> HfManifest | None:
         try:
@@ -282,7 +315,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if (manifest.allow_patterns != p.allow_patterns
                 or manifest.ignore_patterns != p.ignore_patterns):
             return Needed("allow_patterns/ignore_patterns changed since the verified download")
-        if not COMMIT_RE.match(p.revision):
+        if not COMMIT_RE.match(p.revision) and self._ask_hub(host, ctx) is None:
             probe = host.run_argv([p.python, "-c", "import huggingface_hub"], timeout=QUICK,
                                   env=self._env(ctx))
             if not probe.ok:
@@ -292,35 +325,53 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if manifest.commit != commit:
             return Needed(f"{p.local_dir} holds commit {str(manifest.commit)[:12]}, "
                           f"{p.revision} is {commit[:12]}")
-        files = manifest.files
-        stats = host.fact(HfStat, root=p.local_dir, paths=[f.path for f in files]).files
-        changed = []
-        for f in files:
-            st = stats.get(f.path)
-            if st is None:
-                changed.append(f"{f.path} (missing)")
-            elif st.size != f.size:
-                changed.append(f"{f.path} (size {st.size} != {f.size})")
-            elif st.mtime_ns != f.mtime_ns:
-                changed.append(f"{f.path} (modified since verified)")
+        return self._check_files(host, ctx, manifest, commit)
+
+    def _check_files(self, host: Host, ctx: StageContext, manifest: HfManifest,
+                     commit: str) -> CheckResult:
+        """The manifest's files on disk: stat compared, hashed again only where the stat changed
+        (every file with `deploy --verify`)."""
+        p, files = self.params, manifest.files
+        checks = host.fact(HfFiles, root=p.local_dir, files=[to_data(f) for f in files],
+                           verify=ctx.verify).files
+        missing = FileCheck("missing", None, None, None)
+        found = {f.path: checks.get(f.path, missing) for f in files}
+        changed = [f"{f.path} ({_state(found[f.path], f)})" for f in files
+                   if found[f.path].changed]
         if changed:
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
                                               if len(changed) > 5 else "")
-            return Needed(f"{len(changed)} file(s) differ from the verified download: {shown}")
+            return Needed(f"{len(changed)} file(s) differ from the verified download: {shown}",
+                          plan=Fetch(forget=tuple(f.path for f in files
+                                                  if found[f.path].state in ("size", "hash"))))
         self._record(ctx, commit, files)
+        same = [f for f in files if found[f.path].state == "same"]
+        if same:
+            fresh = tuple(replace(f, mtime_ns=found[f.path].mtime_ns, ino=found[f.path].ino)
+                          if f in same else f for f in files)
+            return Needed(f"{len(same)} file(s) were rewritten with the verified content (hashed "
+                          "again): the manifest takes their new stat", plan=Restat(fresh))
         total = manifest.total_size
-        return Converged(f"{len(files)} files of {p.repo}@{commit[:12]} present "
+        how = "hashed" if ctx.verify else "present"
+        return Converged(f"{len(files)} files of {p.repo}@{commit[:12]} {how} "
                          f"({human_bytes(total)})")
 
-    def apply(self, host: Host, ctx: StageContext) -> None:
+    def apply(self, host: Host, ctx: StageContext, plan: Fetch | Restat | None = None) -> None:
         p = self.params
+        manifest = self._read_manifest(host) if isinstance(plan, Restat) else None
+        if isinstance(plan, Restat) and manifest is not None:
+            data = host.read_json(self.manifest_path)
+            data["files"] = to_data(plan.files)
+            host.write_file(self.manifest_path, json.dumps(data, indent=1) + "\n")
+            return
         commit = self._resolve(host, ctx)
         if ctx.locked is not None:  # refuses (raises) before a single byte is written
             missing_entry(ctx)
             self._lock_commit(ctx, commit)
         ctx.progress(f"downloading {p.repo}@{commit[:12]} to {p.local_dir}")
+        forget = list(plan.forget) if isinstance(plan, Fetch) else []
         answer = self._script(host, ctx, "download", timeout=ctx.timeout,
-                              revision=commit)
+                              revision=commit, forget=forget)
         self._commit = answer.commit
         ctx.log.info("hf_download.downloaded", repo=p.repo, commit=answer.commit,
                      files=answer.file_count, bytes=answer.bytes)
@@ -328,6 +379,15 @@ class HfDownloadStage(Stage, kind="hf_download"):
     def verify(self, host: Host, ctx: StageContext) -> None:
         p = self.params
         commit = self._commit or self._resolve(host, ctx)
+        manifest = self._read_manifest(host)
+        if manifest is not None and self._describes(manifest, commit) and not ctx.verify:
+            # after a Restat (or a download that found nothing to fetch): the manifest of this
+            # very download, its files as recorded - nothing to hash again
+            found = host.fact(HfFiles, root=p.local_dir,
+                              files=[to_data(f) for f in manifest.files]).files
+            if all(getattr(found.get(f.path), "state", None) == "ok" for f in manifest.files):
+                self._record(ctx, commit, manifest.files)  # as verified (and just restated)
+                return
         ctx.progress(f"verifying {p.repo}@{commit[:12]} (hashing on the host)")
         answer = self._script(host, ctx, "verify", timeout=ctx.timeout, revision=commit,
                               commit=commit)
@@ -357,6 +417,28 @@ class HfDownloadStage(Stage, kind="hf_download"):
         self._record(ctx, commit, answer.files)
         ctx.log.info("hf_download.verified", repo=p.repo, commit=commit,
                      files=len(answer.files), bytes=answer.bytes)
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Download (what is missing); `forget`: files whose content changed, deleted first."""
+
+    forget: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Restat:
+    """Files rewritten with their verified content: the manifest takes their new stat."""
+
+    files: tuple[VerifiedFile, ...]
+
+
+def _state(found: FileCheck, f: VerifiedFile) -> str:
+    if found.state == "missing":
+        return "missing"
+    if found.state == "size":
+        return f"size {found.size} != {f.size}"
+    return "content changed since verified"
 
 
 def _describe(problem: FileProblem) -> str:

@@ -7,7 +7,8 @@
         min_gpu_memory_gib: 90       # per GPU
         min_driver: "570.26"         # the minimum driver for sm_120 (CUDA 12.8)
         compute_capability: "12.0"   # every GPU must report exactly this
-        require_cuda: true           # cuInit(0) must return 0 (checks /dev/nvidia-uvm too)
+        require_cuda: true           # cuInit(0) must return 0 (checks /dev/nvidia-uvm too;
+                                     # not run again while every GPU runs a CUDA process)
         min_shm_gib: 16              # /dev/shm size (NCCL)
         disk_path: "{{ models_dir }}"
         disk_needed_gib: 600         # what disk_path needs in total; what is there counts
@@ -81,6 +82,7 @@ from orchestrator.stages.host_health_rules import (
     Problem,
     UvmEdit,
     allow_line,
+    cuda_init_needed,
     failure_text,
     plan_uvm_allow,
     problems,
@@ -171,7 +173,9 @@ class HostHealthStage(Stage, kind="host_health"):
     def read_facts(self, host: Host, ctx: StageContext) -> HealthFacts:
         """Every fact the rules need, each recorded in the run record."""
         p = self.params
-        gpus, uvm = host.fact(GpuHealth), host.fact(UvmFacts, cuda=p.require_cuda)
+        gpus, uvm = host.fact(GpuHealth), host.fact(UvmFacts, cuda=False)
+        if cuda_init_needed(p, gpus, uvm):  # a new process runs cuInit(0)
+            uvm = host.fact(UvmFacts, cuda=True)
         shm, xid = host.fact(ShmFacts), host.fact(KernelXid)
         disk = None
         if p.disk_path:

@@ -309,6 +309,23 @@ def uvm_symptoms(uvm: UvmFacts) -> list[str]:
     return out
 
 
+def cuda_init_needed(p: HostHealthParams, gpus: GpuHealth, uvm: UvmFacts) -> bool:
+    """Whether cuInit(0) must run in a new process to know that CUDA works here.
+
+    Not when CUDA is already proven on this box: every GPU runs a compute process (each made a
+    CUDA context, so cuInit works since this boot) and the agent's own look at nvidia-uvm shows
+    nothing wrong (the kernel's major matches the node's and open(O_RDWR) passes the device
+    cgroup: the exact step that fails with EPERM after a reboot moved the major). A converged
+    host, whose server holds every GPU, then starts no interpreter for this check.
+    """
+    if not p.require_cuda:
+        return False
+    if uvm_symptoms(uvm) or not uvm.open.ok or not gpus.devices:
+        return True
+    busy = {u.gpu_index for u in gpus.processes}
+    return not all(d.index in busy for d in gpus.devices)
+
+
 def uvm_manual_fix(major: int | None, hv: HypervisorSpec | None,
                    automatic: bool = False) -> str:
     """How to repair the uvm rule by hand (and whether this stage does it)."""
@@ -536,8 +553,8 @@ def problems(p: HostHealthParams, facts: HealthFacts, hv: HypervisorSpec | None,
     out += capability_problems(p, g) + ecc_problems(p, g)
     if g.processes and not p.allow_busy_gpus:
         out.append(busy_problem(g.processes))
-    if p.require_cuda:
-        out += cuda_problems(p, facts.uvm, hv, can_fix=can_fix)
+    if p.require_cuda and (facts.uvm.cuda_init is not None or cuda_init_needed(p, g, facts.uvm)):
+        out += cuda_problems(p, facts.uvm, hv, can_fix=can_fix)  # (else proven: every GPU busy)
     out += shm_problems(p, facts.shm, ctid)
     out += disk_problems(facts.disk)
     return out
@@ -620,6 +637,8 @@ def summary(facts: HealthFacts) -> str:
     cuda = facts.uvm.cuda_init
     if cuda is not None:
         parts.append(f"CUDA init {cuda.code} (uvm major {facts.uvm.proc_major})")
+    elif facts.uvm.open.ok:
+        parts.append(f"/dev/nvidia-uvm opens (major {facts.uvm.proc_major})")
     if facts.shm.size is not None:
         parts.append(f"/dev/shm {gib(facts.shm.size)}")
     if facts.disk is not None:

@@ -11,9 +11,12 @@
           - compressed-tensors>=0.10.0           # nvfp4-pack-quantized needs >= 0.10.0
           - huggingface_hub==2.4.0
 
-Check (no pip involved): one `python -c` prints the installed version of every requirement's
-distribution (`importlib.metadata`, absent -> null) and the host's PEP 508 marker environment;
-the specifiers are evaluated here with `packaging`. A requirement whose marker is false on the
+Check (no pip involved): the agent reads the installed version of every requirement's
+distribution from the venv's site-packages (dist-info METADATA, as importlib.metadata does) and
+the marker environment from pyvenv.cfg, without starting the venv's python (probe
+`venv_inventory`); where the files do not settle it (not a venv, two dist-infos of one name,
+system site-packages) one `python -c` prints them (`importlib.metadata`, absent -> null). The
+specifiers are evaluated here with `packaging`. A requirement whose marker is false on the
 host is skipped. Extras (`pkg[extra]`) and URL requirements are judged by the base
 distribution's version only.
 
@@ -56,6 +59,7 @@ from pydantic import Field, field_validator
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.facts.pip import InstalledDistributions
 from orchestrator.facts.programs import last_json_line
+from orchestrator.facts.pyenv import INTERPRETER_VARS, VenvInventory, venv_of
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
 from orchestrator.stages._pinning import missing_entry, refuse
@@ -151,6 +155,11 @@ class PipInstallStage(Stage, kind="pip_install"):
         python does not run (the venv is not there yet)."""
         names = sorted({Requirement(r).name for r in self.params.requirements})
         env = {**ctx.env, **self.params.env}
+        venv = None if INTERPRETER_VARS & env.keys() else venv_of(self.params.python)
+        if venv is not None:  # read from the venv's files: no interpreter on a converged host
+            inv = host.fact(VenvInventory, path=venv, names=names)
+            if inv.settled and inv.versions is not None and inv.env is not None:
+                return inv.versions, inv.env
         r = host.run_argv([self.params.python, "-c", _VERSIONS, json.dumps(names)],
                           timeout=QUICK, env=env)
         if not r.ok:

@@ -9,7 +9,14 @@
         pip_index_url: https://pypi.org/simple   # optional: only used to repair a missing pip
 
 Converged when `PATH/bin/python` runs, `PATH/bin/python -m pip --version` works and the venv's
-`include-system-site-packages` matches. Apply, depending on what is there:
+`include-system-site-packages` matches. The check reads this from the venv's files first (agent
+probe `venv_inventory`: pyvenv.cfg's version, bin/python resolving to an executable, pip's
+dist-info and package in site-packages), so a converged venv costs no interpreter start; anything
+the files do not show as working is asked of the interpreter (`python -m pip --version`), which
+also gives the reason. The files cannot tell an interpreter that no longer starts although its
+binary is there (a missing shared library): the packages and server stages then fail loudly.
+
+Apply, depending on what is there:
 
 * nothing (or an empty folder): `python -m venv PATH`;
 * a venv whose python is broken (interrupted creation, base interpreter removed) or a folder
@@ -42,7 +49,13 @@ from pydantic import Field
 
 from orchestrator.errors import CommandFailed, StageError
 from orchestrator.facts.programs import last_json_line
-from orchestrator.facts.pyenv import PipWheels, PyInfo, VenvState
+from orchestrator.facts.pyenv import (
+    INTERPRETER_VARS,
+    PipWheels,
+    PyInfo,
+    VenvInventory,
+    VenvState,
+)
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
@@ -159,9 +172,21 @@ class PythonVenvStage(Stage, kind="python_venv"):
                        f"{self.params.path} if it holds another version), or deploy without "
                        "--locked to move on, then promote the new lock")
 
+    def _inspect_files(self, host: Host, ctx: StageContext) -> VenvLook | None:
+        """The venv as its files tell (no interpreter starts), when they show a working one:
+        pyvenv.cfg with a version, bin/python resolving to an executable, pip's dist-info and
+        package. None when anything is missing: `_inspect` then asks the interpreter."""
+        if INTERPRETER_VARS & ctx.env.keys():
+            return None
+        inv = host.fact(VenvInventory, path=self.params.path, names=[])
+        if inv.state.pyvenv_cfg is None or not inv.python_ok or not inv.version or not inv.pip:
+            return None
+        site_ok = inv.state.system_site_packages == self.params.system_site_packages
+        return VenvLook(state=inv.state, python=inv.version, pip=inv.pip, site_ok=site_ok)
+
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
-        s = self._inspect(host, ctx)
+        s = self._inspect_files(host, ctx) or self._inspect(host, ctx)
         if ctx.locked is not None:
             verdict = self._check_locked(host, ctx, s)
             if verdict is not None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.deploy import deploy
-from orchestrator.events import EventHandler, StageApply, StageFinished
+from orchestrator.events import CommandRan, EventHandler, StageApply, StageFinished
 from orchestrator.sim.fleet import SimFleet
 from tests.sim.conftest import assert_nothing_left
 
@@ -28,6 +28,10 @@ class Collector(EventHandler):
     def __init__(self) -> None:
         self.finished: list[StageFinished] = []
         self.applied: list[StageApply] = []
+        self.commands: list[CommandRan] = []
+
+    def on_command(self, e: CommandRan) -> None:
+        self.commands.append(e)
 
     def on_stage_finished(self, e: StageFinished) -> None:
         self.finished.append(e)
@@ -58,6 +62,13 @@ def test_kimi_k26_eagle3_deploys_in_process_then_converges(tmp_path: Path) -> No
         assert two.exit_code == 0, two.summary
         assert set(two.statuses("gpu-1").values()) == {"ok"}
         assert seen.applied == [] and len(seen.finished) == len(FIRST)
+        # a converged host answers from the agent alone: no command, so no interpreter, no pip,
+        # no huggingface_hub, no CUDA init process (the first deploy ran plenty)
+        assert first.commands and seen.commands == [], [c.command[:80] for c in seen.commands]
+        uvm = {n: o.summary["hosts"]["gpu-1"]["facts"]["health"]["uvm"] for n, o in
+               (("first", one), ("again", two))}
+        assert uvm["first"]["cuda_init"]["code"] == 0  # idle GPUs: cuInit ran in a process
+        assert uvm["again"]["cuda_init"] is None and uvm["again"]["open"]["ok"]  # proven
         assert two.run_dir != one.run_dir
     finally:
         pid = fleet.info().get("pid")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -158,7 +159,8 @@ def test_partial_folder_and_flaky_hub_download_completes_and_is_verified(
     gets = [r.path.rsplit("/", 1)[-1] for r in new if r.method == "GET" and "/resolve/" in r.path]
     assert "config.json" not in gets and "model.safetensors" in gets  # complete files kept
     assert local_files(tmp_path / "drafter") == hub_files(data, EAGLE3_REPO, commit)
-    assert converge(stage, local_host, stage_ctx())[0] == "ok"
+    third = converge(stage, local_host, stage_ctx())
+    assert third[0] == "ok", third
 
 
 def test_gated_repo_needs_the_token_which_never_leaks(hub, hub_data, tmp_path, local_host,
@@ -208,20 +210,28 @@ def test_corrupted_files(hub, hub_data, tmp_path, local_host, stage_ctx, converg
             fh.write(b"\xff" * 64)
         return st
 
-    # 1) changed in place, mtime moves (what any write does): check sees it, a run repairs it
+    # 1) changed in place, mtime moves (what any write does): the stat changed, so check
+    # hashes it again, sees it, and a run fetches it again
     st = corrupt(weights)
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 100 * 10**9))
     verdict = stage.check(local_host, stage_ctx())
     assert verdict == Needed("1 file(s) differ from the verified download: "
-                             "model.safetensors (modified since verified)")
+                             "model.safetensors (content changed since verified)")
     assert converge(stage, local_host, stage_ctx())[0] == "changed"
     assert local_files(local) == expected
+    assert isinstance(stage.check(local_host, stage_ctx()), Converged)
 
-    # 2) same size AND same mtime: the cheap check cannot see it (documented); verify can
+    # 2) same size AND same mtime AND inode: the stat check cannot see it (documented);
+    # `deploy --verify` (ctx.verify) hashes every file and does
     st = corrupt(weights)
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
     bad = hashlib.sha256(weights.read_bytes()).hexdigest()
     assert isinstance(stage.check(local_host, stage_ctx()), Converged)
+    thorough = stage_ctx()
+    thorough.verify = True
+    assert stage.check(local_host, thorough) == Needed(
+        "1 file(s) differ from the verified download: model.safetensors (content changed since "
+        "verified)")
     (local / MANIFEST).unlink()  # e.g. an operator forcing a re-verification
     ctx = stage_ctx()
     assert isinstance(stage.check(local_host, ctx), Needed)
@@ -234,6 +244,20 @@ def test_corrupted_files(hub, hub_data, tmp_path, local_host, stage_ctx, converg
     assert not weights.exists() and not (local / MANIFEST).exists()
     assert converge(stage, local_host, stage_ctx())[0] == "changed"
     assert weights.stat().st_size == size and local_files(local) == expected
+
+    # 3) touched, and replaced by a copy of itself (new inode, same mtime): hashed again, the
+    # content is the verified one, so only the manifest takes the new stat (then converged)
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 200 * 10**9))
+    shutil.copy2(weights, local / "copy")
+    os.replace(local / "copy", weights)
+    status, reason = converge(stage, local_host, stage_ctx())
+    assert status == "changed" and "rewritten with the verified content" in reason, reason
+    recorded = json.loads((local / MANIFEST).read_text())["files"]
+    now = weights.stat()
+    assert {(f["mtime_ns"], f["ino"]) for f in recorded if f["path"] == "model.safetensors"} == {
+        (now.st_mtime_ns, now.st_ino)}
+    assert isinstance(stage.check(local_host, stage_ctx()), Converged)
 
 
 def test_missing_repo_and_revision_are_explained(hub, tmp_path, local_host, stage_ctx):

@@ -171,6 +171,10 @@ TABLE = [
         says=("holds 400000 MiB on GPU 0-7", "these are HOST pids", "or set allow_busy_gpus")),
     row("busy-allowed", [], cases={"gpu_facts": "stale-server"},
         params={"allow_busy_gpus": True}),
+    row("busy-allowed-cuda-proven-not-run", [], cases={"gpu_facts": "stale-server"},
+        params={"allow_busy_gpus": True}, patches={"uvm_facts": {"cuda_init": None}}),
+    row("idle-gpus-cuda-not-run", ["cuda"], patches={"uvm_facts": {"cuda_init": None}},
+        says=("CUDA init could not be tested",)),
     row("busy-two-pids-ranges", ["busy"], patches={"gpu_facts": {"processes": [
         {"pid": 7, "gpu_index": 0, "used_mib": 10, "name": "a"},
         {"pid": 7, "gpu_index": 1, "used_mib": 10, "name": "a"},
@@ -295,7 +299,8 @@ SUMMARY = [
     ({"gpu_facts": "nvml-absent"}, None, "(via nvidia-smi)"),
     ({"gpu_facts": "driver-gone", "uvm_facts": "driver-gone"}, None,
      "0 x GPU (0.0 GiB), driver None / CUDA None (via None), CUDA init 100 (uvm major None)"),
-    ({"uvm_facts": "hypervisor-no-cuda"}, None, "(via nvml), /dev/shm 128.0 GiB"),
+    ({"uvm_facts": "hypervisor-no-cuda"}, None,
+     "(via nvml), /dev/nvidia-uvm opens (major 235), /dev/shm 128.0 GiB"),
     ({}, {"shm_facts": {"size": None}}, "(uvm major 235), 3815.7 GiB free at "),
 ]
 
@@ -427,3 +432,32 @@ def test_plan_uvm_allow_table(conf: str, major: int, registered: dict[int, str],
     assert (edit.text == conf) is (not lines)
     if lines:
         assert f"c {major}:" in edit.text.splitlines()[lines[0] - 1]
+
+
+CUDA_INIT = [
+    # (id, params, uvm case, gpu case, gpu patches, needed)
+    ("idle-gpus-run-it", {}, "healthy", "healthy", {}, True),
+    ("every-gpu-busy-skips-it", {}, "healthy", "stale-server", {}, False),
+    ("one-gpu-idle-runs-it", {}, "healthy", "stale-server",
+     {"processes": [{"pid": 7, "gpu_index": i, "used_mib": 1, "name": "a"} for i in range(7)]},
+     True),
+    ("busy-but-cgroup-refuses-runs-it", {}, "uvm-cgroup", "stale-server", {}, True),
+    ("busy-but-node-missing-runs-it", {}, "uvm-node-missing", "stale-server", {}, True),
+    ("no-gpus-listed-runs-it", {}, "healthy", "healthy", {"devices": []}, True),
+    ("not-required", {"require_cuda": False}, "uvm-cgroup", "healthy", {}, False),
+]
+
+
+@pytest.mark.parametrize(("params", "uvm_case", "gpu_case", "gpu_patches", "needed"),
+                         [pytest.param(*r[1:], id=r[0]) for r in CUDA_INIT])
+def test_cuda_init_runs_unless_every_gpu_already_runs_cuda(
+        params: dict[str, Any], uvm_case: str, gpu_case: str, gpu_patches: dict[str, Any],
+        needed: bool) -> None:
+    from orchestrator.stages.host_health_rules import cuda_init_needed
+
+    gpus = answer("gpu_facts", gpu_case)
+    for path, value in gpu_patches.items():
+        patch(gpus, path, value)
+    p = HostHealthParams.model_validate({**PARAMS, **params})
+    assert cuda_init_needed(p, GpuHealth.from_answer(gpus),
+                            UvmFacts.from_answer(answer("uvm_facts", uvm_case))) is needed
