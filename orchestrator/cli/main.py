@@ -8,6 +8,7 @@ anything unexpected writes its traceback to a crash log and asks to report it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -46,6 +47,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", action="append", metavar="STAGES", help="leave out these stages")
     p.add_argument("--var", "-e", action="append", default=[], metavar="KEY=VALUE",
                    help="set a variable (highest precedence; value parsed as YAML)")
+    p.add_argument("--vars-file", action="append", default=[], metavar="FILE",
+                   help="YAML mapping of variables (e.g. the override `orchestrator tune` "
+                        "writes); below --var in precedence")
     p.add_argument("--forks", type=int, default=16, help="hosts in parallel (default 16)")
     p.add_argument("--per-host", type=int, default=4,
                    help="independent stages run concurrently on one host (default 4)")
@@ -64,8 +68,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: every subcommand, or (`command`) the core ones and that one's."""
     parser = argparse.ArgumentParser(
         prog="orchestrator",
         description="Deploy an SGLang LLM server to GPU hosts over SSH, and keep it there.",
@@ -111,19 +115,33 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--kind", choices=["playbook", "inventory"], default="playbook")
     schema.set_defaults(func=cmd_schema)
 
-    from orchestrator.cli.service_cmds import add_subcommands as add_service_commands
-
-    add_service_commands(sub)
-    from orchestrator.cli.bench_cmds import add_subcommands as add_bench_commands
-
-    add_bench_commands(sub)
-    try:
-        from orchestrator.sim.cli import add_subcommands
-    except ImportError:  # the simulator is optional at run time
-        pass
-    else:
-        add_subcommands(sub)
+    for module, names in _FAMILIES.items():
+        if command is None or command in names:
+            try:
+                add = importlib.import_module(module).add_subcommands
+            except ImportError:  # the simulator is optional at run time
+                continue
+            add(sub)
     return parser
+
+
+#: subcommands registered (and their modules imported) only for their own command or a listing
+#: of all: a deploy never imports the simulator or the plotting of `report`
+_FAMILIES = {
+    "orchestrator.cli.service_cmds": ("status", "logs", "stop"),
+    "orchestrator.cli.bench_cmds": ("bench", "report", "tune"),
+    "orchestrator.sim.cli": ("sim",),
+}
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand word of ARGV (None when there is none: help, --version, a listing)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+        if arg in ("-h", "--help", "--version"):
+            return None
+    return None
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -195,7 +213,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                          wait_for_host=wait_for_host, verify=args.verify)
     try:
         outcome = deploy(
-            args.playbook, args.inventory, cli_vars=parse_cli_vars(args.var),
+            args.playbook, args.inventory,
+            cli_vars={**_vars_files(args.vars_file), **parse_cli_vars(args.var)},
             selection=Selection.from_args(args.limit, args.only, args.from_, args.skip),
             options=options, locked_path=args.locked, run_dir=args.run_dir,
             handlers=[view] if view is not None else [], verbose=args.verbose,
@@ -208,6 +227,22 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     else:
         _print_summary(outcome, args.locked if args.dry_run else None)
     return outcome.exit_code
+
+
+def _vars_files(paths: list[str]) -> dict[str, Any]:
+    """Variables from --vars-file YAML mappings (a later file wins)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for path in paths:
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"--vars-file {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"--vars-file {path}: expected a mapping of variables")
+        out.update(data)
+    return out
 
 
 def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
@@ -253,7 +288,8 @@ def _interrupt_on_signals() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the command, map errors to exit codes."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -131,11 +131,10 @@ class _TooMany(Exception):
         self.mark = mark
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses nesting deeper than MAX_DEPTH and more than MAX_NODES nodes."""
+class _Limited:
+    """Refuses nesting deeper than MAX_DEPTH and more than MAX_NODES nodes while composing."""
 
-    def __init__(self, stream: str, max_depth: int, max_nodes: int) -> None:
-        super().__init__(stream)
+    def _limits(self, max_depth: int, max_nodes: int) -> None:
         self._depth = 0
         self._max_depth = max_depth
         self._nodes = 0
@@ -146,12 +145,51 @@ class _Loader(yaml.SafeLoader):
         self._nodes += 1
         try:
             if self._depth > self._max_depth:
-                raise _TooDeep(self.peek_event().start_mark)
+                raise _TooDeep(self.peek_event().start_mark)  # type: ignore[attr-defined]
             if self._nodes > self._max_nodes:
-                raise _TooMany(self.peek_event().start_mark)
-            return super().compose_node(parent, index)
+                raise _TooMany(self.peek_event().start_mark)  # type: ignore[attr-defined]
+            return yaml.composer.Composer.compose_node(self, parent, index)  # type: ignore[arg-type]
         finally:
             self._depth -= 1
+
+
+class _Loader(_Limited, yaml.SafeLoader):
+    """SafeLoader (pure Python) with the limits of `_Limited`."""
+
+    def __init__(self, stream: str, max_depth: int, max_nodes: int) -> None:
+        super().__init__(stream)
+        self._limits(max_depth, max_nodes)
+
+
+#: text PyYAML's reader accepts (yaml/reader.py:137 NON_PRINTABLE, inverted) and no BOM
+_PRINTABLE = re.compile("[\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFEFE\uFF00-\uFFFD"
+                        "\U00010000-\U0010ffff]*")
+
+if getattr(yaml, "__with_libyaml__", False):
+    from yaml.cyaml import CParser
+
+    class _CLoader(_Limited, yaml.composer.Composer, CParser, yaml.constructor.SafeConstructor,
+                   yaml.resolver.Resolver):
+        """libyaml scans and parses (C, many times faster); the composer stays PyYAML's own
+        (Python), so the depth and node limits and every mark work as with `_Loader`."""
+
+        def __init__(self, stream: str, max_depth: int, max_nodes: int) -> None:
+            CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            self._limits(max_depth, max_nodes)
+
+        def dispose(self) -> None:  # noqa: D102 - CParser keeps no state worth dropping
+            pass
+
+
+def _new_loader(text: str, max_depth: int, max_nodes: int) -> Any:
+    """The fast loader when libyaml is there and the text is plain (libyaml reports a bad
+    character and a syntax error in its own words: those go through the pure-Python loader)."""
+    if getattr(yaml, "__with_libyaml__", False) and _PRINTABLE.fullmatch(text):
+        return _CLoader(text, max_depth, max_nodes)
+    return _Loader(text, max_depth, max_nodes)
 
 
 def _plain_text(node: ScalarNode) -> bool:
@@ -252,11 +290,18 @@ def load_yaml_text(
 ) -> YamlDoc:
     """Load YAML text (named `source` in locations); raise ConfigError on any problem."""
     try:
-        loader = _Loader(text, max_depth, max_nodes)  # the reader checks every character here
+        loader = _new_loader(text, max_depth, max_nodes)  # the reader checks every character
     except yaml.reader.ReaderError as exc:
         raise ConfigError([_reader_problem(source, text, exc)]) from None
     try:
-        node = loader.get_single_node()
+        try:
+            node = loader.get_single_node()
+        except yaml.YAMLError:
+            if isinstance(loader, _Loader):
+                raise
+            # libyaml words and places errors its own way: PyYAML's reader says them as always
+            loader = _Loader(text, max_depth, max_nodes)
+            node = loader.get_single_node()
     except _TooMany as exc:
         raise ConfigError([ConfigProblem(
             _mark_loc(source, exc.mark),
@@ -339,7 +384,7 @@ class _Builder:
     """Turns a composed node graph into Python values plus locations, enforcing the limits."""
 
     def __init__(
-        self, doc: YamlDoc, loader: _Loader, environ: Mapping[str, str], max_nodes: int
+        self, doc: YamlDoc, loader: Any, environ: Mapping[str, str], max_nodes: int
     ) -> None:
         self.doc = doc
         self.loader = loader
@@ -391,7 +436,8 @@ class _Builder:
         raise AssertionError(f"unexpected node {node!r}")  # pragma: no cover
 
     def scalar(self, node: ScalarNode, *, key: bool = False) -> Any:
-        if key and node.style is None and node.tag != ENV_TAG and node.tag in _SCALAR_TAGS:
+        # a plain scalar's style is None (PyYAML) or "" (libyaml)
+        if key and not node.style and node.tag != ENV_TAG and node.tag in _SCALAR_TAGS:
             return node.value  # keys are text: `on:` stays "on", `1:` stays "1"
         if node.tag not in _SCALAR_TAGS:
             self.problem(node, f"unsupported tag {node.tag!r}",
