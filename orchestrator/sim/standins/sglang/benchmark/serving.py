@@ -61,6 +61,13 @@ def _release_at_least(*version: int) -> bool:
     return at_least(*version)
 
 
+def _time_scale() -> float:
+    """The simulated host's time scale (1.0 elsewhere): the client's fixed pauses follow it."""
+    from sglang.srt.hardware import time_scale
+
+    return time_scale()
+
+
 def _stream(url: str, payload: dict):
     req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=_headers())
     with urllib.request.urlopen(req, timeout=3600) as resp:
@@ -182,15 +189,19 @@ def run(args) -> dict:
     items = _dataset(args)
     print(f"#Input tokens: {sum(i[1] for i in items)}")
     print(f"#Output tokens: {sum(i[2] for i in items)}")
-    if args.flush_cache:
-        urllib.request.urlopen(urllib.request.Request(base + "/flush_cache", method="POST",
-                                                      headers=_headers()), timeout=60).read()
     if args.warmup_requests > 0 and items:
         print(f"Starting warmup with {args.warmup_requests} sequences...")
         for _ in range(args.warmup_requests):
             _request(args, base, items[0][0], items[0][1], min(items[0][2], 16))
         print(f"Warmup completed with {args.warmup_requests} sequences. Starting main "
               "benchmark run...")
+    # the cache (and with it the server's speculation totals) is flushed AFTER the warmup, then
+    # the client sleeps 1 s (0.5.9 bench_serving.py:2417-2421; 0.5.23 benchmark/serving.py:
+    # 1516-1525): the accept length printed at the end covers the measured requests only
+    if args.flush_cache:
+        urllib.request.urlopen(urllib.request.Request(base + "/flush_cache", method="POST",
+                                                      headers=_headers()), timeout=60).read()
+    time.sleep(1.0 * _time_scale())
     limit = threading.Semaphore(args.max_concurrency or len(items) or 1)
     outputs = [None] * len(items)
 
@@ -221,8 +232,11 @@ def run(args) -> dict:
                 info = info["decode"][0]
             if info.get("internal_states"):
                 accept = info["internal_states"][0].get("avg_spec_accept_length", None)
-        except (urllib.error.URLError, OSError, ValueError):
+        except urllib.error.HTTPError:
             pass  # a non-200 answer (401 without the key): no accept length
+        # a server that is gone raises here, before the block is printed: SGLang calls
+        # requests.get without handling errors (0.5.9 bench_serving.py:2534-2536; 0.5.23
+        # benchmark/serving.py:1642-1645), so the run ends with a traceback and exit code 1
     total_in = sum(o.prompt_len for o in ok)
     total_out = sum(o.output_len for o in ok)
     ttfts = [o.ttft * 1000 for o in ok]

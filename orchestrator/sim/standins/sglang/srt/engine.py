@@ -1,13 +1,23 @@
 """The stand-in's scheduler: continuous batching driven by a speed model instead of a GPU.
 
-Speed model (simulated seconds; real sleeps are multiplied by the hardware's time scale):
-- a plain decode step for a batch of B requests takes 38 ms + 0.05 ms * B (+ a quadratic term
-  beyond 32), i.e. 26.3 tok/s for one request and ~808 tok/s aggregate at 32 concurrent;
-- with speculation every step emits `accept_length` tokens per request on average and the
-  single-request speedup (1.65x for a matched EAGLE-3 drafter) shrinks with the batch size,
-  reaching 1.0x at 128 concurrent requests;
+Speed model (simulated seconds; real sleeps are multiplied by the hardware's time scale). It is
+a MODEL chosen to reproduce the seed figures of FACTS.md, not something read from SGLang:
+- one forward of the target over T tokens takes 38 ms + 0.05 ms * T, plus 0.4 ms per token beyond
+  32 (latency-bound on the PCIe box up to ~32 tokens a step, compute-bound past it): a plain
+  decode step for B requests is a forward over B tokens, i.e. 26.3 tok/s for one request and
+  ~808 tok/s aggregate at 32 concurrent (the seed figures), ~1190 at 64;
+- a speculative step for B requests is `num_steps` draft forwards over B x topk tokens (7.2 ms +
+  0.04 ms per token each, for a one-layer EAGLE-3 drafter; other drafters scale this) plus ONE
+  target forward verifying B x num_draft_tokens tokens, plus 3 ms for tree verification when
+  topk > 1. It emits `accept_length` tokens per request on average. Cheap verification at low
+  batch makes EAGLE-3 (3 steps, topk 1, accept length 2.61) 1.66x at concurrency 1; at 32
+  requests the verify forward covers 128 tokens, deep in the compute-bound part, and speculation
+  turns into a small loss (0.96x); more steps or a wider tree accept more but cost more, so the
+  best setting moves from wide/deep trees at low concurrency to short chains, then to none;
 - prefill runs at ~7478 tok/s on a multi-GPU host only when NCCL is tuned for the PCIe box
   (NCCL_P2P_LEVEL=SYS and an existing NCCL_GRAPH_FILE), otherwise at ~876 tok/s.
+Together with SGLang's default `max_running_requests` of 48 under speculation (applied in
+server_args.py), the gain shrinks with load and speculation stops paying near 32 concurrent.
 
 Time is kept on a virtual clock (sum of modelled step times), so throughput figures in logs,
 /server_info and /metrics follow the model even when the real sleeps are tiny.
@@ -47,10 +57,34 @@ _WORDS = (
 ).split()
 
 
+FORWARD_FIXED = 0.038  # s: one target forward, latency-bound (allreduce over PCIe, 61 layers)
+FORWARD_PER_TOKEN = 0.00005  # s per token while latency-bound
+COMPUTE_KNEE = 32  # tokens per forward beyond which the forward is compute-bound
+FORWARD_PER_TOKEN_BEYOND = 0.0004  # s per token beyond the knee
+DRAFT_FIXED = 0.0072  # s: one forward of a one-layer EAGLE-3 drafter
+DRAFT_PER_TOKEN = 0.00004  # s per drafted token
+TREE_VERIFY = 0.003  # s: tree-structured verification (topk > 1) per step
+FOLLOW_GRACE = 0.02  # real seconds the scheduler waits for the requests that follow finished ones
+
+
+def forward_seconds(tokens: int) -> float:
+    """Nominal seconds of one target forward over `tokens` tokens (decode or verify)."""
+    tokens = max(1, tokens)
+    return (FORWARD_FIXED + FORWARD_PER_TOKEN * tokens
+            + FORWARD_PER_TOKEN_BEYOND * max(0, tokens - COMPUTE_KNEE))
+
+
 def base_step_seconds(batch: int) -> float:
     """Nominal seconds of one plain decode step for `batch` running requests."""
-    extra = max(0, batch - 32)
-    return 0.038 + 0.00005 * batch + 0.0000015 * extra * extra
+    return forward_seconds(batch)
+
+
+def spec_step_seconds(batch: int, spec) -> float:
+    """Nominal seconds of one speculative step (draft x num_steps, then one verify forward)."""
+    draft = DRAFT_FIXED + DRAFT_PER_TOKEN * batch * spec.topk
+    seconds = spec.num_steps * spec.draft_scale * draft
+    seconds += forward_seconds(batch * spec.num_draft_tokens)
+    return seconds + (TREE_VERIFY if spec.topk > 1 else 0.0)
 
 
 def prefill_rate(tp_size: int) -> float:
@@ -184,18 +218,11 @@ class Scheduler:
             return None
         return self.spec_total_accepted / float(self.spec_total_forward)
 
-    def speedup(self, batch: int) -> float:
-        """Tokens/s of one request with speculation over without, at this batch size."""
-        if not self.spec.enabled:
-            return 1.0
-        fade = max(0.0, 1.0 - math.log2(max(1, batch)) / 7.0)
-        return 1.0 + (self.spec.speedup_at_1 - 1.0) * fade
-
     def step_seconds(self, batch: int) -> float:
-        base = base_step_seconds(batch)
+        """Nominal seconds of one decode step of `batch` running requests."""
         if not self.spec.enabled:
-            return base
-        return self.spec.accept_length * base / self.speedup(batch)
+            return base_step_seconds(batch)
+        return spec_step_seconds(batch, self.spec)
 
     # ------------------------------------------------------------------ loop
     def _sleep(self, nominal: float) -> None:
@@ -234,7 +261,9 @@ class Scheduler:
             if new:
                 self._prefill(new, queued)
             if self.running:
+                before = len(self.running)
                 self._decode_step(queued)
+                self._await_followers(before - len(self.running))
         for req in list(self.running) + list(self.waiting):
             req.out.put(("abort", "server shutting down", self.vclock))
         with self.cv:
@@ -254,6 +283,21 @@ class Scheduler:
             self._emit(req, 1)
             if req.generated < req.max_new_tokens:
                 self.running.append(req)
+
+    def _await_followers(self, finished: int) -> None:
+        """Give clients the real time to send the requests that follow finished ones.
+
+        A benchmark client sends its next request as soon as one finishes: within a millisecond,
+        nothing against a 40 ms decode step on the real box. Time-scaled, a step lasts well under
+        a millisecond of real time, so without this wait the next steps would run with a batch
+        the real box would not see. Waits (real time, no simulated time passes) until as many
+        new requests arrived as finished, for at most FOLLOW_GRACE seconds; not in real time.
+        """
+        if finished <= 0 or self.scale >= 0.5:
+            return
+        with self.cv:
+            self.cv.wait_for(lambda: self.stopped or len(self.waiting) >= finished,
+                             timeout=FOLLOW_GRACE)
 
     def _decode_step(self, queued: int) -> None:
         batch = len(self.running)

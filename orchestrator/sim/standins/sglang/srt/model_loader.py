@@ -20,7 +20,7 @@ from sglang.srt.utils import at_least, log
 EAGLE3_DRAFT_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
 MLA_DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
 ACCEPT_PROB = 0.72  # per-token acceptance of a matched EAGLE-3 drafter: 3 steps -> 2.61
-SPEC_OVERHEAD = 2.61 / 1.65  # step cost of EAGLE-3 (3 steps, topk 1) vs a plain decode step
+TARGET_AS_DRAFT = 0.038 / 0.0072  # a draft step of the full target costs a target forward
 
 
 class Stopped(Exception):
@@ -28,15 +28,38 @@ class Stopped(Exception):
 
 
 class SpecProfile:
-    """How speculation behaves for this target/drafter pair (the speed model's inputs)."""
+    """How speculation behaves for this target/drafter pair (the speed model's inputs).
 
-    def __init__(self, enabled: bool, accept_length: float = 1.0, speedup_at_1: float = 1.0,
-                 num_draft_tokens: int = 1, note: str = "") -> None:
+    accept_length: tokens a verify step emits per request on average; num_steps, topk,
+    num_draft_tokens: the launch's speculative settings; draft_scale: the cost of one draft
+    forward relative to a one-layer EAGLE-3 drafter (engine.spec_step_seconds).
+    """
+
+    def __init__(self, enabled: bool, accept_length: float = 1.0, num_steps: int = 1,
+                 topk: int = 1, num_draft_tokens: int = 1, draft_scale: float = 1.0,
+                 note: str = "") -> None:
         self.enabled = enabled
         self.accept_length = accept_length
-        self.speedup_at_1 = speedup_at_1
+        self.num_steps = max(1, num_steps)
+        self.topk = max(1, topk)
         self.num_draft_tokens = max(1, num_draft_tokens)
+        self.draft_scale = draft_scale
         self.note = note
+
+
+def eagle3_accept_length(steps: int, topk: int, ndt: int) -> float:
+    """Accept length of a matched EAGLE-3 drafter (a model, not SGLang's code).
+
+    A chain (topk 1) of `steps` drafts accepts draft i with probability ACCEPT_PROB ** i, plus
+    the bonus token: 3 steps -> 2.61. A tree (topk > 1) of num_draft_tokens - 1 drafts over
+    min(steps, ndt - 1) levels has b = min(topk, drafts / levels) candidates per level; a level
+    is accepted with 1 - (1 - ACCEPT_PROB) / sqrt(b): wider trees accept more, with diminishing
+    returns (3 steps, topk 4, 8 tokens -> 3.03).
+    """
+    depth = max(1, min(steps, ndt - 1))
+    branch = max(1.0, min(float(topk), (ndt - 1) / float(depth)))
+    level = 1.0 - (1.0 - ACCEPT_PROB) / math.sqrt(branch)
+    return sum(level ** i for i in range(depth + 1))
 
 
 class LoadedModel:
@@ -213,9 +236,12 @@ class ModelLoader:
         if algo is None:
             return
         steps = int(args.speculative_num_steps or 1)
+        topk = int(args.speculative_eagle_topk or 1)
         ndt = int(args.speculative_num_draft_tokens or steps + 1)
-        if algo == "NGRAM":
-            self.result.spec = SpecProfile(True, 1.4, 1.15, ndt, "ngram")
+        shape = {"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}
+        if algo == "NGRAM":  # drafts are n-gram lookups on the CPU: almost free, rarely right
+            self.result.spec = SpecProfile(True, 1.4, **dict(shape, num_steps=1),
+                                           draft_scale=0.1, note="ngram")
             return
         if algo in ("EAGLE", "EAGLE3") and cfg.arch in KIMI_K25_ARCHITECTURES and \
                 not at_least(0, 5, 10):
@@ -241,8 +267,9 @@ class ModelLoader:
             self._sleep(8.0)
             mtp = int(cfg.get("num_nextn_predict_layers") or 0)
             self._draft_gb = 0.75
-            self.result.spec = (_spec_profile(algo, cfg, False, steps, ndt) if mtp else
-                                SpecProfile(True, 1.0, 0.5, ndt, "MTP draft without MTP weights"))
+            self.result.spec = (_spec_profile(algo, cfg, False, shape) if mtp else
+                                SpecProfile(True, 1.0, **shape,
+                                            note="MTP draft without MTP weights"))
             log("Load weight end. type=DeepseekV3ForCausalLMNextN, dtype=torch.bfloat16, "
                 f"avail mem={self._free_gb - self._weights_gb - 0.75:.2f} GB, mem usage=0.75 GB.",
                 "TP0")
@@ -264,7 +291,7 @@ class ModelLoader:
         log(f"Load weight end. type={dcfg.arch}, dtype=torch.bfloat16, "
             f"avail mem={self._free_gb - self._weights_gb - draft_gb:.2f} GB, "
             f"mem usage={draft_gb:.2f} GB.", "TP0")
-        self.result.spec = _spec_profile(algo, dcfg, same_as_target, steps, ndt)
+        self.result.spec = _spec_profile(algo, dcfg, same_as_target, shape)
 
     def _check_draft_class(self, dcfg: HFConfig) -> None:
         """The draft model class: models/llama_eagle3.py, models/kimi_k25_eagle3.py."""
@@ -424,21 +451,23 @@ def _no_kv_cache(mfs: float, pre: float, post: float) -> Exception:
     return RuntimeError(f"{text} Current value: {name}={mfs}")
 
 
-def _spec_profile(algo: str, dcfg: HFConfig, same_as_target: bool, steps: int,
-                  ndt: int) -> SpecProfile:
+def _spec_profile(algo: str, dcfg: HFConfig, same_as_target: bool, shape: dict) -> SpecProfile:
     """How speculation behaves for this target/drafter pair (the speed model's inputs)."""
     is_eagle3_draft = any(a in EAGLE3_DRAFT_ARCHITECTURES for a in dcfg.architectures)
-    if same_as_target:
-        return SpecProfile(True, 1.0, 0.5, ndt, "target model used as its own draft")
+    if same_as_target:  # every draft step is a forward of the full target
+        return SpecProfile(True, 1.0, **shape, draft_scale=TARGET_AS_DRAFT,
+                           note="target model used as its own draft")
     if is_eagle3_draft and algo == "EAGLE":
         # silent: no aux hidden states, the target's lm_head (eagle_worker.py:176-183 (0.5.9))
-        return SpecProfile(True, 1.0, 0.9, ndt, "EAGLE with an EAGLE-3 drafter")
+        return SpecProfile(True, 1.0, **shape, note="EAGLE with an EAGLE-3 drafter")
     if is_eagle3_draft or algo in ("EAGLE", "DFLASH"):
-        accept = min(sum(ACCEPT_PROB ** i for i in range(steps + 1)), float(ndt))
-        return SpecProfile(True, accept, accept / SPEC_OVERHEAD, ndt, "matched drafter")
+        accept = min(eagle3_accept_length(shape["num_steps"], shape["topk"],
+                                          shape["num_draft_tokens"]),
+                     float(shape["num_draft_tokens"]))
+        return SpecProfile(True, accept, **shape, note="matched drafter")
     if algo == "STANDALONE":
-        return SpecProfile(True, 2.0, 1.2, ndt, "standalone draft model")
-    return SpecProfile(True, 1.0, 0.9, ndt, "drafter of an unexpected kind")
+        return SpecProfile(True, 2.0, **shape, draft_scale=2.0, note="standalone draft model")
+    return SpecProfile(True, 1.0, **shape, note="drafter of an unexpected kind")
 
 
 def _get_scheme_format(fmt: str):
