@@ -1,0 +1,323 @@
+"""`orchestrator bench`: SGLang's own serving benchmark on each host, against the deployed server.
+
+Where the server is comes from the playbook's `sglang_server` stage, rendered for each host
+(python of the venv, state dir, address, API key, served model name, model path), exactly as a
+deploy would render it. Per host: the server must be running and healthy (the `server_status`
+fact); its launch fingerprint (STATE_DIR/fingerprint.json: exact arguments, SGLang version, model
+and drafter identity) and /server_info are recorded; then one benchmark run per concurrency,
+`PYTHON -m sglang.bench_serving|sglang.benchmark.serving ...` ON the host (see
+orchestrator.sglang.benchmark), the API key in the command's environment. Every figure in
+results.json is parsed from the benchmark's printed result block; nothing is computed here.
+
+results.json is rewritten after every run, so a server that dies midway leaves the runs already
+measured; the failed run records the benchmark's exit code and last lines, and the host's
+remaining concurrencies are skipped once the server is found gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
+from orchestrator.config import load_all
+from orchestrator.config.model import HostSpec
+from orchestrator.errors import ConfigError, OrchestratorError
+from orchestrator.events import new_run_id, utc_now
+from orchestrator.facts.http import HttpAnswer
+from orchestrator.facts.server import ServerStatus
+from orchestrator.host import Host
+from orchestrator.plan import Selection, build_plan, render_plan
+from orchestrator.redact import REDACTOR
+from orchestrator.sglang import benchmark
+from orchestrator.sglang.layout import local_url
+from orchestrator.transports import make_transport
+
+RESULTS_KIND = "orchestrator-bench"
+RESULTS_VERSION = 1
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
+
+#: (host, concurrency, run record) after each run; run["ok"] says whether it produced figures
+Progress = Callable[[str, int, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """The workload: the same for every concurrency, so runs compare."""
+
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    input_len: int = 1024
+    output_len: int = 1024
+    #: requests per run; None: 4 x concurrency, at least 8
+    num_prompts: int | None = None
+    dataset: str = "random-ids"
+    dataset_path: str | None = None
+    #: seconds one benchmark run may take
+    run_timeout: float = 3600.0
+
+    def prompts_for(self, concurrency: int) -> int:
+        """Requests of the run at this concurrency."""
+        return self.num_prompts or max(8, 4 * concurrency)
+
+    def check(self) -> None:
+        """ConfigError for a workload SGLang's benchmark would refuse or cannot run here."""
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise ConfigError("--concurrency: positive integers, e.g. 1,2,4,8")
+        if self.input_len < 1 or self.output_len < 1:
+            raise ConfigError("--input-len and --output-len must be >= 1")
+        if self.dataset not in ("random-ids", "sharegpt"):
+            raise ConfigError(f"--dataset {self.dataset!r}: random-ids or sharegpt")
+        if self.dataset == "sharegpt" and not self.dataset_path:
+            raise ConfigError("--dataset sharegpt needs --dataset-path (a copy of the ShareGPT "
+                              "JSON on the host): the host may not reach the Hugging Face hub")
+
+
+@dataclass
+class ServerTarget:
+    """One host's deployed server, as the playbook's sglang_server stage renders it."""
+
+    host: str
+    spec: HostSpec
+    stage: str
+    python: str
+    state_dir: str
+    api_host: str
+    port: int
+    served_model_name: str | None
+    model_path: str
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        """The API as seen on the host."""
+        return local_url(self.api_host, self.port)
+
+    def auth(self) -> dict[str, str]:
+        """Headers for /server_info."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+
+def resolve_servers(playbook: str | os.PathLike[str], inventory: str | os.PathLike[str],
+                    cli_vars: dict[str, Any] | None = None,
+                    limit: Sequence[str] | None = None) -> list[ServerTarget]:
+    """The server of each selected host, from the playbook's sglang_server stage."""
+    pb, inv = load_all(str(playbook), str(inventory), dict(cli_vars or {}))
+    stages = [s.id for s in pb.stages if s.kind == "sglang_server"]
+    if len(stages) != 1:
+        raise ConfigError(f"{playbook}: bench needs exactly one sglang_server stage, found "
+                          f"{len(stages)}")
+    plan = build_plan(pb, inv, Selection.from_args(limit, [stages[0]]))
+    rendered = render_plan(plan, dict(cli_vars or {}), REDACTOR)
+    out = []
+    for host in plan.hosts:
+        node = rendered.nodes.get(host, {}).get(stages[0])
+        if node is None or node.params is None:
+            continue
+        p = node.params
+        out.append(ServerTarget(
+            host=host, spec=inv.hosts[host], stage=stages[0], python=p.python,
+            state_dir=p.state_dir, api_host=p.host or "127.0.0.1", port=int(p.port or 30000),
+            served_model_name=p.served_model_name, model_path=p.model_path,
+            api_key=p.api_key or None))
+    if not out:
+        raise ConfigError(f"{playbook}: no selected host runs the {stages[0]!r} stage")
+    return out
+
+
+@dataclass
+class BenchOutcome:
+    """What a bench did: its exit code, results.json data and where it wrote."""
+
+    run_id: str
+    exit_code: int
+    results: dict[str, Any]
+    run_dir: Path
+
+    @property
+    def results_path(self) -> Path:
+        """runs/<id>/bench/results.json"""
+        return self.run_dir / "bench" / "results.json"
+
+
+class _Writer:
+    """results.json, rewritten atomically after every change (threads share it)."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+        self.lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            text = json.dumps(REDACTOR.redact(self.data), indent=1, sort_keys=True, default=str)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(text + "\n")
+            os.replace(tmp, self.path)
+
+
+def _label(info: dict[str, Any] | None) -> str:
+    """A configuration's name from /server_info: baseline, or the speculative settings."""
+    info = info or {}
+    algo = info.get("speculative_algorithm")
+    if not algo:
+        return "baseline"
+    return (f"{algo} steps={info.get('speculative_num_steps')} "
+            f"topk={info.get('speculative_eagle_topk')} "
+            f"draft_tokens={info.get('speculative_num_draft_tokens')}")
+
+
+def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> dict[str, Any]:
+    """What identifies the server benchmarked: fingerprint, exact arguments, versions."""
+    fp = st.fingerprint or {}
+    parts = fp.get("parts") if isinstance(fp.get("parts"), dict) else {}
+    info = info or {}
+    spec_keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens", "max_running_requests")
+    return {
+        "fingerprint": fp.get("fingerprint"), "args": parts.get("args"),
+        "python": parts.get("python"), "sglang_version": info.get("version") or
+        parts.get("sglang"), "model": parts.get("model"), "drafter": parts.get("drafter"),
+        "pid": st.process.pid, "speculative": {k: info.get(k) for k in spec_keys},
+        "label": _label(info),
+    }
+
+
+def _open(target: ServerTarget, budget: float) -> Host:
+    t = make_transport(target.spec)
+    t.connect(budget=budget)
+    return Host(target.spec, t, dict(target.spec.vars))
+
+
+def _status(host: Host, target: ServerTarget) -> ServerStatus:
+    return host.fact(ServerStatus, state_dir=target.state_dir, host=target.api_host,
+                     port=target.port)
+
+
+def _one_run(host: Host, target: ServerTarget, version: str | None, options: BenchOptions,
+             concurrency: int) -> dict[str, Any]:
+    """One benchmark run at one concurrency: its figures, or why there are none."""
+    spec = benchmark.BenchSpec(
+        base_url=target.url, concurrency=concurrency,
+        num_prompts=options.prompts_for(concurrency), input_len=options.input_len,
+        output_len=options.output_len, dataset=options.dataset,
+        dataset_path=options.dataset_path, model=target.served_model_name,
+        tokenizer=target.model_path)
+    argv = benchmark.bench_argv(target.python, version, spec)
+    env = {"OPENAI_API_KEY": target.api_key} if target.api_key else None
+    res = host.run_argv(argv, env=env, timeout=options.run_timeout)
+    figures = benchmark.parse_result(res.stdout)
+    run: dict[str, Any] = {
+        "concurrency": concurrency, "num_prompts": spec.num_prompts, "exit_code": res.exit_code,
+        "wall_s": round(res.duration, 3), "command": REDACTOR.redact(" ".join(argv[1:])),
+    }
+    if res.ok and figures is not None and figures.get("completed"):
+        run.update(ok=True, result=figures, lines=benchmark.result_block(res.stdout))
+    else:
+        why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
+        if figures is not None and not figures.get("completed"):
+            why = "no request succeeded"
+        run.update(ok=False, error=why, tail=REDACTOR.redact(res.tail(15)))
+    return run
+
+
+def _bench_host(target: ServerTarget, options: BenchOptions, writer: _Writer,
+                progress: Progress | None, budget: float) -> None:
+    """Every run of one host; its section of results.json is kept current."""
+    rec: dict[str, Any] = {"url": target.url, "state_dir": target.state_dir, "runs": []}
+    writer.data["hosts"][target.host] = rec
+    host = _open(target, budget)
+    try:
+        st = _status(host, target)
+        if not st.running or st.health is None or not st.health.ok:
+            rec["error"] = (f"no running, healthy SGLang server in {target.state_dir} "
+                            "(deploy first)")
+            return
+        answer = host.fact(HttpAnswer, url=target.url + "/server_info", headers=target.auth(),
+                           timeout=10)
+        info = answer.json_if_ok()
+        rec["server"] = _server_record(st, info if isinstance(info, dict) else None)
+        version = rec["server"]["sglang_version"]
+        rec["module"] = benchmark.module_for(version)
+        writer.flush()
+        for c in options.concurrency:
+            run = _one_run(host, target, version, options, c)
+            rec["runs"].append(run)
+            if not run["ok"] and not _status(host, target).running:
+                rec["error"] = (f"the server died during the run at concurrency {c}; "
+                                f"{len(rec['runs']) - 1} run(s) measured before it kept")
+            writer.flush()
+            if progress is not None:
+                progress(target.host, c, run)
+            if rec.get("error"):
+                return
+    finally:
+        host.transport.close()
+
+
+def run_bench(playbook: str | os.PathLike[str], inventory: str | os.PathLike[str], *,
+              cli_vars: dict[str, Any] | None = None, limit: Sequence[str] | None = None,
+              options: BenchOptions | None = None, run_dir: str | os.PathLike[str] = "runs",
+              label: str | None = None, deploy_run: str | None = None,
+              progress: Progress | None = None, budget: float = 10.0) -> BenchOutcome:
+    """Benchmark every selected host's server; exit code 0 when every run produced figures."""
+    options = options or BenchOptions()
+    options.check()
+    targets = resolve_servers(playbook, inventory, cli_vars, limit)
+    run_id = new_run_id()
+    out_dir = Path(run_dir) / run_id
+    data: dict[str, Any] = {
+        "kind": RESULTS_KIND, "version": RESULTS_VERSION, "run_id": run_id, "label": label,
+        "playbook": str(playbook), "inventory": str(inventory), "deploy_run": deploy_run,
+        "created_at": utc_now(), "options": asdict(options), "hosts": {},
+    }
+    writer = _Writer(out_dir / "bench" / "results.json", data)
+
+    def one(target: ServerTarget) -> None:
+        try:
+            _bench_host(target, options, writer, progress, budget)
+        except OrchestratorError as exc:
+            data["hosts"].setdefault(target.host, {"runs": []})["error"] = exc.render()
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as ex:
+        list(ex.map(one, targets))
+    data["finished_at"] = utc_now()
+    data["exit_code"] = exit_code(data)
+    if data["label"] is None:
+        labels = {h.get("server", {}).get("label") for h in data["hosts"].values()} - {None}
+        data["label"] = labels.pop() if len(labels) == 1 else "mixed"
+    writer.flush()
+    return BenchOutcome(run_id, data["exit_code"], data, out_dir)
+
+
+def exit_code(data: dict[str, Any]) -> int:
+    """0 when every host measured every concurrency; 1 otherwise."""
+    want = len(data.get("options", {}).get("concurrency") or ())
+    for h in data.get("hosts", {}).values():
+        runs = h.get("runs") or []
+        if h.get("error") or len(runs) != want or not all(r.get("ok") for r in runs):
+            return 1
+    return 0
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A results.json (a run dir, its bench/ dir, or the file); ConfigError if it is not one."""
+    p = Path(path)
+    for candidate in (p, p / "results.json", p / "bench" / "results.json"):
+        if candidate.is_file():
+            try:
+                data = json.loads(candidate.read_text())
+            except ValueError as exc:
+                raise ConfigError(f"{candidate}: not JSON: {exc}") from None
+            if isinstance(data, dict) and data.get("kind") == RESULTS_KIND:
+                data["_path"] = str(candidate)
+                return data
+            raise ConfigError(f"{candidate}: not an orchestrator bench results file")
+    raise ConfigError(f"{path}: no bench results (runs/<id>/bench/results.json) there")

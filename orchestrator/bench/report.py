@@ -1,0 +1,275 @@
+"""`orchestrator report`: Markdown and PNG plots from bench results, tune dirs and deploy runs.
+
+Inputs, each a path: a bench run (runs/<id>, its bench/ dir or results.json), a tune dir (its
+tune.json names the bench run of every candidate) or a deploy run (runs/<id> with events.jsonl
+and no bench/: drawn as a Gantt chart, see gantt.py).
+
+Bench plots (matplotlib, Agg backend): output tok/s vs concurrency, one line per configuration;
+speedup over the baseline (the configuration labelled `baseline`, or --baseline); TTFT and ITL
+p50/p99; accept length. The Markdown holds the same figures as tables, and each configuration's
+exact launch arguments and versions: from the server's launch fingerprint recorded by bench,
+and the pin file (deploy.lock.json) of the deploy that started that server, when it is found.
+Every figure is the benchmark's own; the report only divides throughputs for speedups.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.bench.bench import load_results
+from orchestrator.bench.gantt import draw_gantt
+from orchestrator.errors import ConfigError
+from orchestrator.events import new_run_id, utc_now
+
+TUNE_FILE = "tune.json"
+
+
+@dataclass
+class Series:
+    """One configuration on one host: its runs by concurrency, and where it came from."""
+
+    label: str
+    host: str
+    run_id: str
+    path: str
+    server: dict[str, Any]
+    points: dict[int, dict[str, Any]]
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    host_error: str | None = None
+    pin: dict[str, Any] | None = None
+    pin_path: str | None = None
+
+    def value(self, c: int, key: str) -> float | None:
+        """A figure of the run at concurrency c (None when not measured)."""
+        v = (self.points.get(c) or {}).get(key)
+        return float(v) if isinstance(v, (int, float)) else None
+
+
+@dataclass
+class Report:
+    """What write_report produced."""
+
+    out_dir: Path
+    markdown: Path
+    pngs: list[Path]
+    table: str
+    series: list[Series]
+
+
+def find_pin(runs_dir: Path, fingerprint: str | None,
+             deploy_run: str | None = None) -> tuple[Path | None, dict[str, Any] | None]:
+    """The pin file of the deploy that started the server with this fingerprint (newest)."""
+    candidates: list[Path] = []
+    if deploy_run:
+        candidates.append(runs_dir / deploy_run)
+    if fingerprint:
+        candidates += sorted((p for p in runs_dir.glob("*") if p.is_dir()), reverse=True)
+    for run in candidates:
+        lock, summary = run / "deploy.lock.json", run / "summary.json"
+        if not lock.is_file() or not summary.is_file():
+            continue
+        try:
+            record = json.loads(summary.read_text())
+        except ValueError:
+            continue
+        if run.name != deploy_run and not _started(record, fingerprint or ""):
+            continue
+        try:
+            return lock, json.loads(lock.read_text())
+        except ValueError:
+            continue
+    return None, None
+
+
+def _started(record: dict[str, Any], fingerprint: str) -> bool:
+    for h in (record.get("hosts") or {}).values():
+        for facts in (h.get("facts") or {}).values():
+            fp = facts.get("fingerprint") if isinstance(facts, dict) else None
+            if isinstance(fp, str) and fp and fingerprint.startswith(fp):
+                return True
+    return False
+
+
+def series_of(results: dict[str, Any]) -> list[Series]:
+    """One Series per host of one bench results file."""
+    path = Path(results.get("_path", "."))
+    runs_dir = path.parents[2] if len(path.parents) > 2 else Path(".")
+    multi = len(results.get("hosts") or {}) > 1
+    out = []
+    for host, h in (results.get("hosts") or {}).items():
+        server = h.get("server") or {}
+        label = str(results.get("label") or server.get("label") or "?")
+        points = {int(r["concurrency"]): r["result"] for r in h.get("runs", []) if r.get("ok")}
+        failures = [r for r in h.get("runs", []) if not r.get("ok")]
+        pin_path, pin = find_pin(runs_dir, server.get("fingerprint"), results.get("deploy_run"))
+        out.append(Series(
+            label=f"{label} @{host}" if multi else label, host=host,
+            run_id=str(results.get("run_id")), path=str(path), server=server, points=points,
+            failures=failures, host_error=h.get("error"), pin=pin,
+            pin_path=str(pin_path) if pin_path else None))
+    return out
+
+
+def _classify(paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[Path], list[dict]]:
+    """(bench results, deploy events.jsonl paths, tune documents) from the inputs."""
+    benches: list[dict[str, Any]] = []
+    deploys: list[Path] = []
+    tunes: list[dict[str, Any]] = []
+    for raw in paths:
+        p = Path(raw)
+        if (p / TUNE_FILE).is_file():
+            doc = json.loads((p / TUNE_FILE).read_text())
+            doc["_dir"] = str(p)
+            tunes.append(doc)
+            for cand in doc.get("candidates", []):
+                if cand.get("bench_results"):
+                    benches.append(load_results(cand["bench_results"]))
+        elif (p / "events.jsonl").is_file() and not (p / "bench").is_dir():
+            deploys.append(p / "events.jsonl")
+        elif p.is_file() and p.name == "events.jsonl":
+            deploys.append(p)
+        else:
+            benches.append(load_results(p))
+    return benches, deploys, tunes
+
+
+def write_report(paths: Sequence[str], *, out: str | os.PathLike[str] | None = None,
+                 baseline: str | None = None, run_dir: str | os.PathLike[str] = "runs") -> Report:
+    """Write report.md and the PNGs into `out` (default RUN_DIR/report-<id>)."""
+    from orchestrator.bench import plots
+
+    benches, deploys, tunes = _classify(paths)
+    if not benches and not deploys:
+        raise ConfigError("nothing to report: give bench runs, a tune dir or deploy runs")
+    out_dir = Path(out) if out else Path(run_dir) / f"report-{new_run_id()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    series = [s for r in benches for s in series_of(r)]
+    base = _baseline(series, baseline)
+    pngs: list[Path] = []
+    if any(s.points for s in series):
+        pngs += plots.bench_plots(series, base, out_dir)
+    for ev in deploys:
+        pngs.append(draw_gantt(ev, out_dir / f"deploy-{ev.parent.name}.png"))
+    table = throughput_table(series, base) if series else ""
+    md = _markdown(series, base, table, pngs, deploys, tunes, out_dir)
+    (out_dir / "report.md").write_text(md)
+    return Report(out_dir, out_dir / "report.md", pngs, table, series)
+
+
+def _baseline(series: list[Series], wanted: str | None) -> Series | None:
+    if wanted:
+        for s in series:
+            if wanted in (s.run_id, s.label) or Path(s.path).is_relative_to(Path(wanted)):
+                return s
+        raise ConfigError(f"--baseline {wanted}: not one of the runs reported")
+    return next((s for s in series if s.label.split(" @")[0] == "baseline"), None)
+
+
+def concurrencies(series: list[Series]) -> list[int]:
+    """Every concurrency measured by any series, ascending."""
+    return sorted({c for s in series for c in s.points})
+
+
+def _cell(s: Series, base: Series | None, c: int) -> str:
+    tps = s.value(c, "output_throughput")
+    if tps is None:
+        return "-"
+    ref = base.value(c, "output_throughput") if base is not None and base is not s else None
+    return f"{tps:.1f} ({tps / ref:.2f}x)" if ref else f"{tps:.1f}"
+
+
+def best_at(series: list[Series], c: int) -> Series | None:
+    """The series with the highest output throughput at concurrency c."""
+    have = [s for s in series if s.value(c, "output_throughput") is not None]
+    return max(have, key=lambda s: s.value(c, "output_throughput") or 0.0) if have else None
+
+
+def throughput_table(series: list[Series], base: Series | None) -> str:
+    """Markdown table: output tok/s (speedup over the baseline) per concurrency."""
+    head = ["concurrency", *[s.label for s in series], "best"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in concurrencies(series):
+        best = best_at(series, c)
+        cells = [str(c), *[_cell(s, base, c) for s in series], best.label if best else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _latency_table(s: Series) -> list[str]:
+    keys = [("output_throughput", "tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
+            ("p99_ttft_ms", "TTFT p99 ms"), ("median_itl_ms", "ITL p50 ms"),
+            ("p99_itl_ms", "ITL p99 ms"), ("accept_length", "accept length"),
+            ("completed", "requests"), ("duration_s", "duration s")]
+    lines = ["| concurrency | " + " | ".join(k[1] for k in keys) + " |",
+             "|" + "---|" * (len(keys) + 1)]
+    for c in sorted(s.points):
+        vals = []
+        for key, _ in keys:
+            v = s.value(c, key)
+            vals.append("-" if v is None else (f"{v:.0f}" if key == "completed" else f"{v:.2f}"))
+        lines.append(f"| {c} | " + " | ".join(vals) + " |")
+    return lines
+
+
+def _config_section(s: Series) -> list[str]:
+    sv = s.server
+    lines = [f"### {s.label}", "",
+             f"- bench run `{s.run_id}` on `{s.host}` ({s.path})",
+             f"- SGLang {sv.get('sglang_version')}, python `{sv.get('python')}`",
+             f"- launch fingerprint `{sv.get('fingerprint')}`; model `{sv.get('model')}`, "
+             f"drafter `{sv.get('drafter')}`",
+             f"- speculative: `{json.dumps(sv.get('speculative') or {}, sort_keys=True)}`"]
+    if s.pin is not None:
+        pkgs = ((s.pin.get("stages") or {}).get("packages") or {}).get("versions") or {}
+        lines.append(f"- pin file `{s.pin_path}` (deploy run `{s.pin.get('run_id')}`); "
+                     "packages: " + ", ".join(f"{k}=={v}" for k, v in sorted(pkgs.items())))
+    else:
+        lines.append("- pin file: not found (the deploy that started this server is not in "
+                     "the runs dir)")
+    lines += ["", "Launch arguments (exact, as the server was started):", "", "```",
+              " ".join(str(a) for a in sv.get("args") or []), "```", ""]
+    lines += _latency_table(s)
+    for f in s.failures:
+        lines += ["", f"- FAILED at concurrency {f.get('concurrency')}: {f.get('error')}", "",
+                  "```", str(f.get("tail", "")), "```"]
+    if s.host_error:
+        lines += ["", f"- **{s.host_error}**"]
+    return lines + [""]
+
+
+def _tune_section(tunes: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for t in tunes:
+        rec = t.get("recommendation") or {}
+        lines += ["## Tune: best setting per concurrency", "",
+                  f"Tune dir `{t.get('_dir')}`; override file `{rec.get('override_file')}`.", "",
+                  "| concurrency | best | tok/s | vs baseline |", "|---|---|---|---|"]
+        for row in rec.get("per_concurrency", []):
+            lines.append(f"| {row['concurrency']} | {row['best']} | "
+                         f"{row['output_throughput']:.1f} | {row.get('speedup') or '-'} |")
+        lines += ["", str(rec.get("summary", "")), ""]
+    return lines
+
+
+def _markdown(series: list[Series], base: Series | None, table: str, pngs: list[Path],
+              deploys: list[Path], tunes: list[dict[str, Any]], out_dir: Path) -> str:
+    lines = ["# Benchmark report", "", f"Generated {utc_now()} by `orchestrator report`.", ""]
+    if series:
+        lines += ["## Output throughput (tok/s), speedup vs "
+                  + (f"`{base.label}`" if base else "(no baseline run)"), "", table, ""]
+    lines += _tune_section(tunes)
+    for png in pngs:
+        lines += [f"![{png.stem}]({os.path.relpath(png, out_dir)})", ""]
+    if series:
+        lines += ["## Configurations", ""]
+        for s in series:
+            lines += _config_section(s)
+    for ev in deploys:
+        lines += [f"## Deploy {ev.parent.name}", "", f"Stage timeline from `{ev}` in "
+                  f"`deploy-{ev.parent.name}.png`.", ""]
+    return "\n".join(lines)

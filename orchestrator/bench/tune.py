@@ -1,0 +1,254 @@
+"""`orchestrator tune`: a sweep over speculative settings, each deployed and benchmarked.
+
+Candidates: `off` (no speculation) and the EAGLE3 settings of the grid, read from the `tune:`
+mapping of the model profile (a playbook variable) or of `--grid FILE`:
+
+    tune:
+      baseline: true                 # measure `off` too (default)
+      algorithm: EAGLE3
+      grid:                          # every combination ...
+        num_steps: [1, 2, 3]
+        eagle_topk: [1]
+      candidates:                    # ... and/or an explicit list
+        - {num_steps: 3, eagle_topk: 4, num_draft_tokens: 8}
+
+With eagle_topk 1, num_draft_tokens is num_steps + 1 (SGLang forces it; see FACTS.md). Each
+candidate is deployed through the playbook's own stages with `speculative` (and, for `off`,
+`min_accept_length`) overridden: its launch fingerprint differs, so sglang_server restarts the
+server and wait_ready verifies it. Then `run_bench` measures it. TUNE_DIR/tune.json is rewritten
+after every step; run again, tune skips the candidates already measured with the same workload.
+
+At the end: the best candidate per concurrency (highest output tok/s), where speculation stops
+paying (the lowest concurrency from which `off` is best at every higher one measured), an
+override file (TUNE_DIR/speculative-override.yaml, for `deploy --vars-file`) with the setting
+best at the lowest concurrency measured, and the report (TUNE_DIR/report/).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.bench.bench import BenchOptions, run_bench
+from orchestrator.config import load_all
+from orchestrator.config.variables import host_variables
+from orchestrator.deploy import deploy
+from orchestrator.errors import ConfigError
+from orchestrator.events import utc_now
+from orchestrator.plan import Selection, build_plan
+
+TUNE_FILE = "tune.json"
+OVERRIDE_FILE = "speculative-override.yaml"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One speculative setting: `off`, or an algorithm with steps, topk and draft tokens."""
+
+    algorithm: str | None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+    @property
+    def key(self) -> str:
+        """A stable name: off, eagle3-s3-k1-n4."""
+        if not self.algorithm:
+            return "off"
+        return (f"{self.algorithm.lower()}-s{self.num_steps}-k{self.eagle_topk}"
+                f"-n{self.num_draft_tokens}")
+
+    @property
+    def label(self) -> str:
+        """The name in reports."""
+        if not self.algorithm:
+            return "baseline"
+        return (f"{self.algorithm} steps={self.num_steps} topk={self.eagle_topk} "
+                f"draft_tokens={self.num_draft_tokens}")
+
+    def variables(self) -> dict[str, Any]:
+        """The playbook variables that deploy this candidate."""
+        if not self.algorithm:
+            return {"speculative": {"algorithm": None}, "min_accept_length": None}
+        return {"speculative": {"algorithm": self.algorithm, "num_steps": self.num_steps,
+                                "eagle_topk": self.eagle_topk,
+                                "num_draft_tokens": self.num_draft_tokens}}
+
+
+def _int_list(spec: dict[str, Any], name: str, default: list[Any]) -> list[Any]:
+    value = spec.get(name, default)
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise ConfigError(f"tune.grid.{name}: positive integers, got {v!r}")
+    return values
+
+
+def _make(algorithm: str, steps: Any, topk: Any, ndt: Any) -> Candidate:
+    if not isinstance(steps, int) or not isinstance(topk, int):
+        raise ConfigError("tune: every candidate needs num_steps and eagle_topk (integers)")
+    if topk == 1:
+        ndt = steps + 1  # SGLang forces it (speculative_hook.py:1254-1267 (0.5.23))
+    elif not isinstance(ndt, int):
+        raise ConfigError(f"tune: num_steps {steps}, eagle_topk {topk}: with eagle_topk > 1 "
+                          "give num_draft_tokens")
+    return Candidate(algorithm, steps, topk, ndt)
+
+
+def candidates_from(spec: Any) -> list[Candidate]:
+    """The candidates of a `tune:` mapping, `off` first, without duplicates."""
+    if not isinstance(spec, dict):
+        raise ConfigError("tune: expected a mapping with `grid:` and/or `candidates:` (see "
+                          "`orchestrator tune --help`)")
+    algorithm = str(spec.get("algorithm") or "EAGLE3").upper()
+    out: list[Candidate] = [Candidate(None)] if spec.get("baseline", True) else []
+    grid = spec.get("grid") or {}
+    if grid:
+        steps = _int_list(grid, "num_steps", [3])
+        topks = _int_list(grid, "eagle_topk", [1])
+        ndts = _int_list(grid, "num_draft_tokens", [None])
+        for s, k, n in itertools.product(steps, topks, ndts):
+            out.append(_make(algorithm, s, k, n))
+    for item in spec.get("candidates") or []:
+        if not isinstance(item, dict):
+            raise ConfigError(f"tune.candidates: expected mappings, got {item!r}")
+        out.append(_make(str(item.get("algorithm") or algorithm).upper(),
+                         item.get("num_steps"), item.get("eagle_topk", 1),
+                         item.get("num_draft_tokens")))
+    unique = list(dict.fromkeys(out))
+    if len(unique) < 2:
+        raise ConfigError("tune: fewer than two candidates; add a grid or candidates")
+    return unique
+
+
+def _grid_spec(playbook: str, inventory: str, cli_vars: dict[str, Any],
+               limit: Sequence[str] | None, grid_path: str | None) -> Any:
+    if grid_path:
+        try:
+            doc = yaml.safe_load(Path(grid_path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"--grid {grid_path}: {exc}") from None
+        if not isinstance(doc, dict) or "tune" not in doc:
+            raise ConfigError(f"--grid {grid_path}: expected a mapping with a `tune:` key")
+        return doc["tune"]
+    pb, inv = load_all(playbook, inventory, cli_vars)
+    plan = build_plan(pb, inv, Selection.from_args(limit))
+    spec = host_variables(pb, inv, plan.hosts[0], cli_vars).get("tune") if plan.hosts else None
+    if spec is None:
+        raise ConfigError(f"{playbook}: no `tune:` variable (add it to the model profile, or "
+                          "pass --grid FILE)")
+    return spec
+
+
+@dataclass
+class TuneResult:
+    """What a tune did: tune.json data, the report and override paths, a summary, exit code."""
+
+    tune_dir: Path
+    data: dict[str, Any]
+    exit_code: int
+    summary_text: str
+
+
+def _save(tune_dir: Path, data: dict[str, Any]) -> None:
+    tmp = tune_dir / (TUNE_FILE + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, tune_dir / TUNE_FILE)
+
+
+def _load_state(tune_dir: Path, workload: dict[str, Any], playbook: str) -> dict[str, Any]:
+    path = tune_dir / TUNE_FILE
+    if not path.is_file():
+        return {"kind": "orchestrator-tune", "playbook": playbook, "workload": workload,
+                "created_at": utc_now(), "candidates": []}
+    data = json.loads(path.read_text())
+    if data.get("workload") != workload:
+        raise ConfigError(f"{path}: measured with another workload ({data.get('workload')}); "
+                          "results would not compare: use another --out, or the same options")
+    return data
+
+
+def _measure(c: Candidate, entry: dict[str, Any], ctx: dict[str, Any],
+             say: Callable[[str], None]) -> None:
+    """Deploy one candidate, then benchmark it; `entry` records both."""
+    cli_vars = {**ctx["cli_vars"], **c.variables()}
+    say(f"tune: {c.key}: deploying ({c.label})")
+    outcome = deploy(ctx["playbook"], ctx["inventory"], cli_vars=cli_vars,
+                     selection=Selection.from_args(ctx["limit"]), run_dir=ctx["run_dir"])
+    entry.update(deploy_run=outcome.run_id, deploy_exit=outcome.exit_code)
+    if outcome.exit_code != 0:
+        entry.update(status="failed", error=f"deploy exit code {outcome.exit_code} (see "
+                     f"{outcome.summary_path})")
+        say(f"tune: {c.key}: deploy failed ({outcome.summary_path})")
+        return
+    say(f"tune: {c.key}: benchmarking")
+    bench = run_bench(ctx["playbook"], ctx["inventory"], cli_vars=cli_vars, limit=ctx["limit"],
+                      options=ctx["options"], run_dir=ctx["run_dir"], label=c.label,
+                      deploy_run=outcome.run_id, progress=ctx["progress"])
+    entry.update(bench_run=bench.run_id, bench_results=str(bench.results_path),
+                 bench_exit=bench.exit_code,
+                 status="measured" if bench.exit_code == 0 else "failed")
+    if bench.exit_code != 0:
+        entry["error"] = "a benchmark run failed (see its results.json)"
+
+
+def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None = None,
+             limit: Sequence[str] | None = None, options: BenchOptions | None = None,
+             run_dir: str | os.PathLike[str] = "runs", grid_path: str | None = None,
+             out: str | os.PathLike[str] | None = None,
+             say: Callable[[str], None] = lambda m: None,
+             progress: Callable[[str, int, dict[str, Any]], None] | None = None) -> TuneResult:
+    """Measure every candidate not yet measured in the tune dir, then recommend and report."""
+    cli_vars = dict(cli_vars or {})
+    options = options or BenchOptions()
+    options.check()
+    cands = candidates_from(_grid_spec(playbook, inventory, cli_vars, limit, grid_path))
+    tune_dir = Path(out) if out else Path(run_dir) / f"tune-{Path(playbook).stem}"
+    tune_dir.mkdir(parents=True, exist_ok=True)
+    data = _load_state(tune_dir, asdict(options), str(playbook))
+    entries = {e["key"]: e for e in data["candidates"]}
+    ctx = {"playbook": playbook, "inventory": inventory, "cli_vars": cli_vars, "limit": limit,
+           "options": options, "run_dir": run_dir, "progress": progress}
+    for c in cands:
+        entry = entries.get(c.key)
+        if entry is not None and entry.get("status") == "measured":
+            say(f"tune: {c.key}: already measured (bench run {entry.get('bench_run')}), skipped")
+            continue
+        if entry is None:
+            entry = entries[c.key] = {"key": c.key, "label": c.label, "settings": asdict(c)}
+            data["candidates"].append(entry)
+        entry.update(status="running", started_at=utc_now())
+        _save(tune_dir, data)
+        _measure(c, entry, ctx, say)
+        _save(tune_dir, data)
+    return _finish(tune_dir, data, cands, run_dir)
+
+
+def _finish(tune_dir: Path, data: dict[str, Any], cands: list[Candidate],
+            run_dir: str | os.PathLike[str]) -> TuneResult:
+    from orchestrator.bench.recommend import recommend, summary_lines, write_override
+    from orchestrator.bench.report import write_report
+
+    keys = {c.key for c in cands}
+    measured = [e for e in data["candidates"] if e["key"] in keys and e.get("status") ==
+                "measured"]
+    rec = recommend(measured)
+    if rec.get("best_low") is not None:
+        rec["override_file"] = str(write_override(tune_dir / OVERRIDE_FILE, rec))
+    data["recommendation"] = rec
+    data["finished_at"] = utc_now()
+    _save(tune_dir, data)
+    report = write_report([str(tune_dir)], out=tune_dir / "report", run_dir=run_dir)
+    failed = [e["key"] for e in data["candidates"] if e["key"] in keys and
+              e.get("status") != "measured"]
+    lines = summary_lines(rec, failed)
+    lines += ["", report.table, ""] + [f"plot: {p}" for p in report.pngs]
+    lines += [f"report: {report.markdown}", f"tune state: {tune_dir / TUNE_FILE}"]
+    return TuneResult(tune_dir, data, 1 if failed else 0, "\n".join(lines))
