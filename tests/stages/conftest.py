@@ -24,6 +24,7 @@ import structlog
 from orchestrator.config.loader import load_inventory
 from orchestrator.config.model import HostSpec, StageSpec
 from orchestrator.host import Host
+from orchestrator.result import Result
 from orchestrator.stages.base import Converged, Stage, StageContext
 from orchestrator.transports import make_transport
 from tests.sim.conftest import sim_factory  # noqa: F401  (fixture: simulated hosts in tmp dirs)
@@ -94,3 +95,12 @@ def _converge(stage: Stage, host: Host, ctx: StageContext) -> tuple[str, str]:
 @pytest.fixture
 def converge() -> Callable[[Stage, Host, StageContext], tuple[str, str]]:
     return _converge
+
+
+@pytest.fixture
+def commands(local_host: Host) -> list[Result]:
+    """Every command the stages run on `local_host`, in order (probes are not commands)."""
+    seen: list[Result] = []
+    local_host._observer = seen.append
+    return seen
+

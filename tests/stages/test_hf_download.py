@@ -13,7 +13,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.errors import StageError
-from orchestrator.result import Result
 from orchestrator.sim.hub import HUB_FLAKY, HUB_GATED, ModelHub
 from orchestrator.sim.hubrepos import EAGLE3_OLD_BRANCH, EAGLE3_REPO, list_refs, seed_repos
 from orchestrator.stages.base import Converged, Needed
@@ -43,12 +42,6 @@ def _clean_hf_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(("HF_", "HUGGING_FACE_")) or name.lower().endswith("_proxy"):
             monkeypatch.delenv(name)
 
-
-@pytest.fixture
-def commands(local_host) -> list[Result]:
-    seen: list[Result] = []
-    local_host._observer = seen.append
-    return seen
 
 
 def make(hub: ModelHub, tmp_path: Path, **kw: object) -> HfDownloadStage:
@@ -303,3 +296,29 @@ stages:
     assert (local / MANIFEST).is_file()
     outputs = [r.stdout, r.stderr] + [p.read_text() for p in r.run_dir.rglob("*") if p.is_file()]
     assert all(TOKEN not in text for text in outputs)
+
+
+def test_agent_resolves_branches_as_huggingface_hub_does(hub, hub_data) -> None:
+    """The converged check's stdlib request (remote/hfcheck.py hf_revision) and the real
+    huggingface_hub client name the same commit for every ref, gated or not, and both fail on
+    a ref that does not exist."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import RevisionNotFoundError
+
+    from orchestrator.remote.hfcheck import hf_revision
+
+    data, _ = hub_data
+    api = HfApi(endpoint=hub.url)
+    refs = list_refs(data, EAGLE3_REPO)
+    assert EAGLE3_OLD_BRANCH in refs and "main" in refs
+    for gated in (False, True):
+        hub.set_fault(HUB_GATED, gated)
+        for ref, commit in refs.items():
+            ours = hf_revision(hub.url, EAGLE3_REPO, ref, token=TOKEN, proxies={})
+            theirs = api.repo_info(EAGLE3_REPO, revision=ref, token=TOKEN).sha
+            assert ours == {"commit": commit} and theirs == commit
+    assert hf_revision(hub.url, EAGLE3_REPO, "main", token=None)["status"] == 401  # gated
+    hub.set_fault(HUB_GATED, False)
+    assert hf_revision(hub.url, EAGLE3_REPO, "no-such-branch")["status"] == 404
+    with pytest.raises(RevisionNotFoundError):
+        api.repo_info(EAGLE3_REPO, revision="no-such-branch")

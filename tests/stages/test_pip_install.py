@@ -13,7 +13,6 @@ import pydantic
 import pytest
 
 from orchestrator.errors import CommandFailed, StageError
-from orchestrator.result import Result
 from orchestrator.stages.base import Converged, Needed
 from orchestrator.stages.pip_install import PipInstallStage, mask_url
 from tests.sim.conftest_index import clean_env
@@ -51,12 +50,6 @@ def with_password(url: str) -> str:
     return url.replace("http://", f"http://deploy:{CANARY}@", 1)
 
 
-@pytest.fixture
-def commands(local_host) -> list[Result]:
-    seen: list[Result] = []
-    local_host._observer = seen.append
-    return seen
-
 
 def test_upgrades_an_old_compressed_tensors_then_converged(tmp_path, sim_index, local_host,
                                                            commands, stage_ctx, converge):
@@ -85,8 +78,19 @@ def test_upgrades_an_old_compressed_tensors_then_converged(tmp_path, sim_index, 
     assert CANARY not in repr(ctx.facts) and ctx.facts["index_url"].startswith("http://***@")
     assert CANARY not in pip_runs[0].stdout + pip_runs[0].stderr  # pip masks it too
     again = stage_ctx("packages")
+    before = len(commands)
     verdict = stage.check(local_host, again)
     assert isinstance(verdict, Converged) and f"compressed-tensors {new}" in verdict.reason
+    assert len(commands) == before  # converged: read from the venv's files, no interpreter
+
+    # downgraded behind our back: the files say so, still without starting the venv's python
+    r = subprocess.run([str(py), "-m", "pip", "install", "--index-url", sim_index.url,
+                        "compressed-tensors==0.8.1"], env=clean_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    verdict = stage.check(local_host, stage_ctx("packages"))
+    assert verdict == Needed("compressed-tensors 0.8.1 does not satisfy >=0.10.0")
+    assert len(commands) == before
 
 
 def test_installs_missing_distributions_with_their_dependencies(tmp_path, sim_index, local_host,

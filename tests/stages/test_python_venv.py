@@ -218,3 +218,20 @@ def test_sim_host_with_no_pip_fault_and_half_created_venv(sim_factory, sim_host,
     assert ctx.facts["pip_repair"].startswith("wheel ")  # ensurepip is gone on that host
     assert host.run_argv([path + "/bin/python", "-m", "pip", "--version"]).ok
     assert isinstance(stage.check(host, stage_ctx("venv")), Converged)
+
+
+def test_pip_removed_behind_our_back_is_noticed_and_repaired(tmp_path, local_host, stage_ctx,
+                                                            commands, converge):
+    venv = tmp_path / "v"
+    stage = make(venv, python=BASE_PY)
+    assert converge(stage, local_host, stage_ctx("venv"))[0] == "changed"
+    before = len(commands)
+    ok = stage.check(local_host, stage_ctx("venv"))
+    assert isinstance(ok, Converged) and len(commands) == before  # files only: no python ran
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "uninstall", "-y", "-q", "pip"],
+                   check=True, timeout=120, capture_output=True)
+    verdict = stage.check(local_host, stage_ctx("venv"))
+    assert isinstance(verdict, Needed) and "no working pip" in verdict.reason, verdict
+    assert converge(stage, local_host, stage_ctx("venv"))[0] == "changed"
+    assert pip_works(venv)
+
