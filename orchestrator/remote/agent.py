@@ -15,6 +15,10 @@ flight), done (a command ended), result, error. The shipped modules are importab
 the host (`ShippedModules`); the probe and action registry is orchestrator.remote.probes.
 Every request carries an `id`; answers echo it.
 
+The one thing the agent writes for itself: each shipped module compiled once, marshalled in
+~/.cache/orchestrator-agent/ (keyed by the source's hash and the Python's bytecode magic), so a
+connection does not compile 100 KB of Python again (`cached_compile`).
+
 Guarantees:
   - A command runs as `/bin/sh -c CMD` in its own process group (new session). Its env values
     arrive inside the request and reach the child through the process environment, never argv.
@@ -372,6 +376,43 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "orchestrator-agent")
+
+
+def cached_compile(source: str, filename: str):
+    """compile(source), kept marshalled in ~/.cache/orchestrator-agent/ (keyed by the source's
+    hash and this Python's bytecode magic), so a host compiles each shipped module once, not at
+    every connection. The cache is best effort: any problem with it just compiles."""
+    import hashlib
+    import marshal
+
+    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + filename.encode()
+                         + source.encode("utf-8")).hexdigest()[:32]
+    path = os.path.join(_cache_dir(), key + ".code")
+    try:
+        with open(path, "rb") as fh:
+            return marshal.loads(fh.read())
+    except Exception:  # noqa: BLE001 - absent, unreadable, truncated: compile
+        pass
+    code = compile(source, filename, "exec")
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(marshal.dumps(code))
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 - a read-only home: no cache
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    return code
+
+
 class ShippedModules:
     """Imports `orchestrator.remote.<name>` from the sources the client shipped (a meta path
     finder and loader): shipped modules import each other in any order, and tracebacks and
@@ -399,7 +440,7 @@ class ShippedModules:
     def exec_module(self, module) -> None:
         name = self._name(module.__name__)
         module.__file__ = f"orchestrator/remote/{name}.py"
-        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+        exec(cached_compile(self.sources[name], module.__file__), module.__dict__)
 
     def get_source(self, fullname: str):
         name = self._name(fullname)
