@@ -322,3 +322,28 @@ def test_agent_resolves_branches_as_huggingface_hub_does(hub, hub_data) -> None:
     assert hf_revision(hub.url, EAGLE3_REPO, "no-such-branch")["status"] == 404
     with pytest.raises(RevisionNotFoundError):
         api.repo_info(EAGLE3_REPO, revision="no-such-branch")
+
+
+def test_truncated_and_deleted_files_are_named_and_fetched_again(hub, hub_data, tmp_path,
+                                                                 local_host, stage_ctx, converge,
+                                                                 commands):
+    data, heads = hub_data
+    commit = heads[EAGLE3_REPO]
+    stage = make(hub, tmp_path, revision=commit)
+    assert converge(stage, local_host, stage_ctx())[0] == "changed"
+    local = tmp_path / "drafter"
+    expected = hub_files(data, EAGLE3_REPO, commit)
+    size = (local / "model.safetensors").stat().st_size
+    before = len(commands)
+    assert isinstance(stage.check(local_host, stage_ctx()), Converged)
+    assert len(commands) == before  # converged: the agent's stat of the manifest, no command
+    with open(local / "model.safetensors", "r+b") as fh:
+        fh.truncate(size // 2)
+    (local / "config.json").unlink()
+    verdict = stage.check(local_host, stage_ctx())
+    assert verdict == Needed(
+        f"2 file(s) differ from the verified download: config.json (missing), "
+        f"model.safetensors (size {size // 2} != {size})")
+    assert converge(stage, local_host, stage_ctx())[0] == "changed"
+    assert local_files(local) == expected
+    assert isinstance(stage.check(local_host, stage_ctx()), Converged)
