@@ -144,7 +144,8 @@ def _draw_bars(ax: Any, tl: Timeline, rows: dict[tuple[str, str], int]) -> None:
         for t in b.check_retries:
             ax.plot(t, y, marker="o", ms=5, color="#e8a33d", mec="#333333")
         label = b.status + (f", {b.attempts} attempts" if b.attempts > 1 else "")
-        ax.text(end + tl.duration * 0.006, y, label, va="center", fontsize=8)
+        gap = 0.02 if b.status == "failed" else 0.006  # clear of the failure mark
+        ax.text(end + tl.duration * gap, y, label, va="center", fontsize=8)
         if b.status == "failed":
             ax.plot(end, y, marker="X", ms=10, color="#d1495b", mec="black")
 

@@ -212,7 +212,8 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
     cands = candidates_from(_grid_spec(playbook, inventory, cli_vars, limit, grid_path))
     tune_dir = Path(out) if out else Path(run_dir) / f"tune-{Path(playbook).stem}"
     tune_dir.mkdir(parents=True, exist_ok=True)
-    data = _load_state(tune_dir, asdict(options), str(playbook))
+    workload = json.loads(json.dumps(asdict(options)))  # as tune.json holds it
+    data = _load_state(tune_dir, workload, str(playbook))
     entries = {e["key"]: e for e in data["candidates"]}
     ctx = {"playbook": playbook, "inventory": inventory, "cli_vars": cli_vars, "limit": limit,
            "options": options, "run_dir": run_dir, "progress": progress}

@@ -65,6 +65,8 @@ DRAFT_FIXED = 0.0072  # s: one forward of a one-layer EAGLE-3 drafter
 DRAFT_PER_TOKEN = 0.00004  # s per drafted token
 TREE_VERIFY = 0.003  # s: tree-structured verification (topk > 1) per step
 FOLLOW_GRACE = 0.02  # real seconds the scheduler waits for the requests that follow finished ones
+ARRIVAL_QUIET = 0.002  # real seconds without a new request that end a burst of arrivals
+ARRIVAL_MAX = 0.02  # real seconds a burst of arrivals may take at most
 
 
 def forward_seconds(tokens: int) -> float:
@@ -142,6 +144,7 @@ class Scheduler:
         self.stopped = False
         self.vclock = 0.0
         self._deadline = time.monotonic()
+        self._last_arrival = 0.0
         self.controls = collections.deque()  # (function, reply queue): run between batches
         # statistics
         self.decode_steps = 0
@@ -169,6 +172,7 @@ class Scheduler:
     def submit(self, req: Req) -> Req:
         with self.cv:
             req.vstart = self.vclock
+            self._last_arrival = time.monotonic()
             self.waiting.append(req)
             self.num_requests += 1
             self.cv.notify_all()
@@ -248,6 +252,7 @@ class Scheduler:
                     reply.put(fn())
                 except Exception as exc:  # handed to the caller
                     reply.put(exc)
+            self._coalesce_arrivals()
             with self.cv:
                 free = self.max_running - len(self.running)
                 new = []
@@ -283,6 +288,28 @@ class Scheduler:
             self._emit(req, 1)
             if req.generated < req.max_new_tokens:
                 self.running.append(req)
+
+    def _coalesce_arrivals(self) -> None:
+        """Admit a burst of requests together, as the real box would.
+
+        Requests a client sends at once reach the real server within a millisecond, a fraction
+        of one 40 ms step, so they start in one prefill batch. Time-scaled, that millisecond is
+        many steps; so while requests wait to be admitted and more keep arriving, the scheduler
+        waits (real time, no simulated time passes) for ARRIVAL_QUIET without a new one, at most
+        ARRIVAL_MAX. Not in real time.
+        """
+        if self.scale >= 0.5:
+            return
+        with self.cv:
+            if not self.waiting or len(self.running) >= self.max_running:
+                return
+            deadline = time.monotonic() + ARRIVAL_MAX
+            while not self.stopped:
+                now = time.monotonic()
+                quiet = self._last_arrival + ARRIVAL_QUIET - now
+                if quiet <= 0 or now >= deadline:
+                    return
+                self.cv.wait(min(quiet, deadline - now))
 
     def _await_followers(self, finished: int) -> None:
         """Give clients the real time to send the requests that follow finished ones.

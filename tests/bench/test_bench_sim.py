@@ -1,0 +1,148 @@
+"""bench, report and tune against a simulated 8-GPU host (real SSH, real HTTP, SGLang stand-in).
+
+One simulated host per module. The `tuned` fixture runs `tune` over `off` and one EAGLE-3 tree
+setting, interrupted (Ctrl-C) before its second candidate and run again: it deploys from scratch
+through the playbook's stages, so the other tests find a running speculative server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.bench.bench import BenchOptions, load_results, run_bench
+from orchestrator.bench.report import write_report
+from orchestrator.bench.tune import run_tune
+from orchestrator.sim.fleet import SimFleet
+from tests.sim.conftest import assert_nothing_left
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = str(REPO / "playbooks/kimi-k2.6-eagle3.yaml")
+GRID = """tune:
+  baseline: true
+  candidates:
+    - {num_steps: 3, eagle_topk: 4, num_draft_tokens: 8}
+"""
+WIDE = "eagle3-s3-k4-n8"
+WORKLOAD = BenchOptions(concurrency=(1, 32), input_len=16, output_len=48, num_prompts=64)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    simdir = tmp_path_factory.mktemp("bench") / "sim"
+    fleet = SimFleet.up(simdir, hosts=1, time_scale=0.001)
+    try:
+        yield fleet
+    finally:
+        pid = fleet.info().get("pid")
+        fleet.down()
+        assert_nothing_left(fleet.simdir, pid)
+
+
+class Interrupt:
+    """tune's `say`: records the messages; Ctrl-C when the second candidate is to be deployed."""
+
+    def __init__(self, at: str | None) -> None:
+        self.at = at
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line)
+        if self.at is not None and line.startswith(f"tune: {self.at}: deploying"):
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def tuned(fleet: SimFleet, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    base = tmp_path_factory.mktemp("tune")
+    (base / "grid.yaml").write_text(GRID)
+    kw = {"options": WORKLOAD, "run_dir": base / "runs", "grid_path": str(base / "grid.yaml"),
+          "out": base / "tune"}
+    first = Interrupt(at=WIDE)
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(PLAYBOOK, str(fleet.inventory_path), say=first, **kw)
+    second = Interrupt(at=None)
+    result = run_tune(PLAYBOOK, str(fleet.inventory_path), say=second, **kw)
+    return {"first": first.lines, "second": second.lines, "result": result, "base": base}
+
+
+def test_tune_resumes_then_picks_speculation_at_1_and_off_under_load(tuned: dict) -> None:
+    first, second, result = tuned["first"], tuned["second"], tuned["result"]
+    assert [m for m in first if "deploying" in m] == ["tune: off: deploying (baseline)",
+                                                      first[-1]]
+    # run again: `off` is not measured twice, only the candidate left
+    assert any(m.startswith("tune: off: already measured") for m in second)
+    assert [m.split(":")[1].strip() for m in second if "deploying" in m] == [WIDE]
+    assert result.exit_code == 0, result.summary_text
+    rec = result.data["recommendation"]
+    rows = {r["concurrency"]: r for r in rec["per_concurrency"]}
+    assert rows[1]["best"] == WIDE and rows[1]["speedup"] > 1.4
+    assert rows[32]["best"] == "off" and rec["stops_paying_from"] == 32
+    override = Path(rec["override_file"]).read_text()
+    assert "eagle_topk: 4" in override and "num_draft_tokens: 8" in override
+    # the candidate was relaunched through the stages: new fingerprint, restart, verified
+    wide = next(e for e in result.data["candidates"] if e["key"] == WIDE)
+    summary = json.loads((tuned["base"] / "runs" / wide["deploy_run"] /
+                          "summary.json").read_text())
+    stages = summary["hosts"]["gpu-1"]["stages"]
+    assert (stages["server"]["status"], stages["ready"]["status"]) == ("changed", "changed")
+    report = (tuned["base"] / "tune" / "report" / "report.md").read_text()
+    assert "speculation stops paying from concurrency 32" in report
+    for name in ("throughput", "speedup", "latency", "accept"):
+        assert (tuned["base"] / "tune" / "report" / f"{name}.png").read_bytes()[:8] == PNG
+
+
+def test_bench_records_the_benchmarks_figures_and_the_server(fleet: SimFleet, tuned: dict,
+                                                             tmp_path: Path) -> None:
+    seen: list[tuple[int, bool]] = []
+    runs = tuned["base"] / "runs"  # beside the deploy runs, as with the default ./runs
+    out = run_bench(PLAYBOOK, str(fleet.inventory_path), run_dir=runs,
+                    options=BenchOptions(concurrency=(1, 2), input_len=16, output_len=64),
+                    progress=lambda host, c, run: seen.append((c, run["ok"])))
+    assert out.exit_code == 0 and seen == [(1, True), (2, True)]
+    data = load_results(runs / out.run_id)
+    h = data["hosts"]["gpu-1"]
+    assert h["module"] == "sglang.benchmark.serving"
+    assert h["server"]["speculative"]["speculative_eagle_topk"] == 4
+    assert "--speculative-num-draft-tokens" in h["server"]["args"]
+    fp = json.loads((Path(fleet.inventory_path).parent / "hosts/gpu-1/root/opt/orchestrator/run/"
+                     "fingerprint.json").read_text())
+    assert h["server"]["fingerprint"] == fp["fingerprint"]
+    one = h["runs"][0]
+    assert one["num_prompts"] == 8 and one["result"]["completed"] == 8
+    assert "Serving Benchmark Result" in one["lines"][0]
+    assert 2.8 <= one["result"]["accept_length"] <= 3.1
+    assert 26.3 * 1.6 <= one["result"]["output_throughput"] <= 26.3 * 1.95
+
+    rep = write_report([str(runs / out.run_id)], out=tmp_path / "rep")
+    md = rep.markdown.read_text()
+    assert "| 1 | " in rep.table and "--speculative-eagle-topk 4" in md
+    wide = next(e for e in tuned["result"].data["candidates"] if e["key"] == WIDE)
+    assert f"(deploy run `{wide['deploy_run']}`)" in md  # the pin of the deploy that started it
+    assert "sglang==0.5.23" in md
+    assert [p.name for p in rep.pngs] == ["throughput.png", "latency.png", "accept.png"]
+
+
+def test_bench_against_a_server_that_dies_midway_keeps_what_it_measured(
+        fleet: SimFleet, tuned: dict, tmp_path: Path) -> None:
+    def kill_after_first(host: str, c: int, run: dict) -> None:
+        if c == 1:
+            data = json.loads((tmp_path / os.listdir(tmp_path)[0] / "bench" /
+                               "results.json").read_text())
+            os.kill(int(data["hosts"]["gpu-1"]["server"]["pid"]), signal.SIGKILL)
+
+    out = run_bench(PLAYBOOK, str(fleet.inventory_path), run_dir=tmp_path,
+                    options=BenchOptions(concurrency=(1, 2, 4), input_len=16, output_len=48),
+                    progress=kill_after_first)
+    assert out.exit_code == 1
+    h = load_results(out.results_path)["hosts"]["gpu-1"]
+    assert [r["ok"] for r in h["runs"]] == [True, False]
+    assert h["runs"][0]["result"]["output_throughput"] > 0
+    assert "died" in h["error"] and "1 run(s) measured" in h["error"]
+    assert h["runs"][1]["exit_code"] != 0 and "Error" in h["runs"][1]["tail"]
