@@ -33,6 +33,10 @@ bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_sim.py
 	$(BIN)/python scripts/bench_deploy.py
 
+.PHONY: bench-demo
+bench-demo: venv  ## simulated host: baseline vs EAGLE-3 bench, a small tune, report + PNGs (< 4 min)
+	$(BIN)/python scripts/bench_demo.py
+
 demo: venv  ## deploy Kimi K2.6 + EAGLE-3 to a simulated 8-GPU host, twice, then stop it
 	BIN=$(BIN) bash scripts/demo.sh
 

@@ -104,8 +104,10 @@ def latency(series: list[Series], cs: list[int], out: Path) -> Path:
         _xaxis(ax, cs)
         ax.set_ylabel(what)
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(_plt().matplotlib.ticker.FuncFormatter(
-            lambda v, _pos: f"{v:g}"))
+        ticker = _plt().matplotlib.ticker
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(ticker.FuncFormatter(  # 20, 50, 200, 500: no crowding
+            lambda v, _pos: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
     a1.set_title("TTFT p50 (solid) and p99 (dashed)")
     a2.set_title("ITL p50 (solid) and p99 (dashed)")
     a2.legend(fontsize=7, ncol=1, loc="upper left")
