@@ -23,6 +23,7 @@ venv: $(STAMP)  ## create .venv and install orchestrator with its dev tools
 
 test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first when it can
 	@bash scripts/test-prereqs.sh
+	@$(BIN)/python -m compileall -q orchestrator tests scripts >/dev/null  # bytecode once, even under PYTHONDONTWRITEBYTECODE
 	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: venv  ## ruff
