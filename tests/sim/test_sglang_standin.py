@@ -490,11 +490,40 @@ def test_sigterm_while_loading_releases_the_gpus(launcher: Launcher, models) -> 
     assert launcher.gpu_state() == {}
 
 
-def test_secondary_node_serves_only_a_dummy_health(launcher: Launcher, models) -> None:
-    server = launcher.start(["--model-path", models["k26"], "--tp", "8", "--nnodes", "2",
-                             "--node-rank", "1", "--dist-init-addr", "127.0.0.1:5757"])
-    server.wait_ready()
-    assert server.get("/v1/models")[0] == 404
-    pid = str(server.proc.pid)
-    assert launcher.gpu_state()[pid]["gpus"] == [0, 1, 2, 3]  # tp 8 over 2 nodes
-    assert server.stop() == 0
+def _group_log_has(server: Server, text: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in server.text():
+        assert time.monotonic() < deadline, server.text()
+        time.sleep(0.02)
+
+
+def test_multinode_group_waits_for_every_rank_and_ends_with_one(launcher: Launcher,
+                                                                models) -> None:
+    """TP 8 over 2 nodes: rank 0 serves the API, rank 1 a dummy /health; they wait for each
+    other at init; rank 1 ignores SIGTERM (0.5.23); one rank dying ends the other."""
+    addr = f"127.0.0.1:{_free_port()}"
+    group = ["--model-path", models["k26"], "--tp", "8", "--nnodes", "2",
+             "--dist-init-addr", addr]
+    for victim in (0, 1):
+        rank0 = launcher.start([*group, "--node-rank", "0"])
+        _group_log_has(rank0, "Init torch distributed begin")
+        time.sleep(0.3)  # 300 s nominal: rank 0 alone neither loads nor listens
+        assert "Load weight begin" not in rank0.text() and rank0.proc.poll() is None
+        rank1 = launcher.start([*group, "--node-rank", "1", "--base-gpu-id", "4"])
+        rank1.wait_ready()
+        rank0.wait_ready()
+        assert rank0.get("/v1/models")[0] == 200
+        assert rank1.get("/v1/models")[0] == 404 and rank1.get("/health_generate")[0] == 200
+        gpus = launcher.gpu_state()
+        assert gpus[str(rank0.proc.pid)]["gpus"] == [0, 1, 2, 3]  # tp 8 over 2 nodes
+        assert gpus[str(rank1.proc.pid)]["gpus"] == [4, 5, 6, 7]
+        if victim == 1:
+            rank1.proc.send_signal(signal.SIGTERM)  # ignored: rank 0 stops every rank
+            _group_log_has(rank1, "waiting for the rank-0 ShutdownReq broadcast")
+            assert rank1.proc.poll() is None
+        dead, survivor = (rank0, rank1) if victim == 0 else (rank1, rank0)
+        os.killpg(dead.proc.pid, signal.SIGKILL)  # its box rebooted
+        assert survivor.proc.wait(timeout=20) == -signal.SIGKILL  # kill_process_tree
+        assert "Scheduler hit an exception" in survivor.text()
+        dead.proc.wait(timeout=10)
+        assert str(survivor.proc.pid) not in launcher.gpu_state()  # it gave its GPUs back

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 
-from sglang.srt import hardware
+from sglang.srt import distributed, hardware
 from sglang.srt.hf_config import KIMI_K25_ARCHITECTURES, HFConfig, load_config
 from sglang.srt.server_args import ALLOW_LONGER_CONTEXT
 from sglang.srt.utils import at_least, log
@@ -74,6 +74,7 @@ class LoadedModel:
         self.spec = SpecProfile(False)
         self.context_len = 0
         self.cuda_graph_max_bs = 0
+        self.group = None  # the multi-node group's links (srt/distributed.py), kept open
 
 
 class ModelLoader:
@@ -145,10 +146,20 @@ class ModelLoader:
         return chosen
 
     def _wait_for_peers(self) -> None:
-        """nnodes > 1 without --dist-init-addr: every node initialises torch.distributed at its
+        """nnodes > 1 with --dist-init-addr: the group's rendezvous (srt/distributed.py).
+        Without it every node initialises torch.distributed at its
         own tcp://127.0.0.1 and waits for the others until the timeout (model_runner.py:773-779
         (0.5.9); distributed/bootstrap.py:233-247 (0.5.23)). Nothing checks it at start."""
         args = self.args
+        if args.nnodes > 1 and args.dist_init_addr:
+            # every node rank waits for the others at tcp://DIST_INIT_ADDR (srt/distributed.py)
+            group = distributed.Group(args, self.stop, self.scale)
+            try:
+                group.join()
+            except distributed.Stopped:
+                raise Stopped() from None
+            self.result.group = group
+            return
         if args.nnodes > 1 and not args.dist_init_addr:
             timeout = float(getattr(args, "dist_timeout", None) or 1800)
             log(f"Init torch distributed begin. nnodes={args.nnodes}, no --dist-init-addr: "

@@ -420,8 +420,8 @@ class Handler(BaseHTTPRequestHandler):
         raw = self._read_body()
         path = urlsplit(self.path).path
         app = self.app
-        if app.dummy:
-            if path.startswith("/health"):
+        if app.dummy:  # utils/common.py:2665-2677 (0.5.9), :3635-3648 (0.5.23)
+            if path in ("/health", "/health_generate", "/ping"):
                 self._send(200, b"", "")
             else:
                 self._json(404, {"detail": "Not Found"})
@@ -817,10 +817,19 @@ def launch_server(server_args) -> int:
         server_thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                          name="http", daemon=True)
         if dummy:
+            # node rank >= 1: no tokenizer or API, a dummy health server (/ping, /health,
+            # /health_generate: 200) until the schedulers exit (engine.py:1040-1061 (0.5.9),
+            # :1234-1290 (0.5.23); utils/common.py:2656-2712 (0.5.9), :3624-3685 (0.5.23))
             server_thread.start()
-            log(f"Dummy health check server started in background on {host}:{port}")
+            log(f"Dummy health check server started in background thread at {host}:{port}")
             app.state = "ready"
             stop.wait()
+            if at_least(0, 5, 23):
+                # SIGTERM is ignored: rank 0's ShutdownReq (here: the group link closing) or
+                # the caller's SIGKILL ends this rank (engine.py:1259-1271 (0.5.23))
+                log(f"SIGTERM received on node_rank {server_args.node_rank}; waiting for the "
+                    "rank-0 ShutdownReq broadcast to stop the schedulers.")
+                threading.Event().wait()
         else:
             scheduler.start()
             uvicorn("INFO", f"Started server process [{os.getpid()}]")
