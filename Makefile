@@ -33,6 +33,7 @@ bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
 	$(BIN)/python scripts/bench_sim.py
 	$(BIN)/python scripts/bench_deploy.py
+	$(BIN)/python scripts/bench_converged.py
 
 .PHONY: bench-demo
 bench-demo: venv  ## simulated host: baseline vs EAGLE-3 bench, a small tune, report + PNGs (< 4 min)
