@@ -42,6 +42,26 @@ def marked(value: str | None = None, prefix: str | None = None) -> list[int]:
             if (value is not None and v == value) or (prefix is not None and v.startswith(prefix)):
                 out.append(pid)
             break
+    return _with_descendants(out)
+
+
+def _with_descendants(pids: list[int]) -> list[int]:
+    """PIDS and every process below them. A program may rewrite its own environment block: the
+    real sglang-router calls setproctitle("sglang::router") (sglang_router/launch_router.py:32
+    in 0.3.2), which reuses the argv+environ memory, so /proc/PID/environ no longer shows the
+    marker; it is still the child of a marked supervisor."""
+    if not pids:
+        return pids
+    children: dict[int, list[int]] = {}
+    for pid, ppid in _ppid_map().items():
+        children.setdefault(ppid, []).append(pid)
+    out, seen, todo = list(pids), set(pids), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                out.append(child)
+                todo.append(child)
     return out
 
 
