@@ -35,6 +35,7 @@ from orchestrator.logs import configure
 from orchestrator.pinfile import build_pin, load_pin, write_pin
 from orchestrator.plan import Plan, Selection, build_plan, render_plan
 from orchestrator.redact import REDACTOR
+from orchestrator.rolling import RollingOptions, RollingRunner
 from orchestrator.runner import EXIT_INTERRUPTED, Runner, RunOptions
 
 
@@ -126,12 +127,15 @@ def deploy(
     handlers: Sequence[EventHandler] = (),
     verbose: bool = False,
     on_start: Callable[[DeployStart], None] | None = None,
+    rolling: RollingOptions | None = None,
 ) -> DeployOutcome:
     """Run a playbook on an inventory's hosts; the run record goes to `run_dir/<run-id>/`.
 
     `options.dry_run` makes it a plan (checks only). `locked_path` is a deploy.lock.json to
     hold the deploy to. Bad input raises ConfigError/PlanError (exit 2) before any host is
     touched; Ctrl-C (KeyboardInterrupt) and our errors still write the run record, then raise.
+    `rolling` makes it a rolling redeploy of the replicas behind the playbook's sglang_router
+    (orchestrator.rolling).
     """
     REDACTOR.add_env(os.environ)
     cli_vars = dict(cli_vars or {})
@@ -145,7 +149,7 @@ def deploy(
                        handlers, verbose)
     exit_code = EXIT_INTERRUPTED
     try:
-        exit_code = _run(plan, session, cli_vars, options, locked, on_start)
+        exit_code = _run(plan, session, cli_vars, options, locked, on_start, rolling)
     except OrchestratorError as exc:  # e.g. a ConfigError found while rendering: not a Ctrl-C
         exit_code = exc.exit_code
         raise
@@ -156,10 +160,12 @@ def deploy(
 
 def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,
          locked: dict[str, Any] | None,
-         on_start: Callable[[DeployStart], None] | None) -> int:
+         on_start: Callable[[DeployStart], None] | None,
+         rolling: RollingOptions | None = None) -> int:
     # every node rendered for its host before any is touched (a ConfigError is exit 2)
     rendered = render_plan(plan, cli_vars, REDACTOR)
-    runner = Runner(rendered, session.bus, options=options)
+    runner = Runner(rendered, session.bus, options=options) if rolling is None else \
+        RollingRunner(rendered, session.bus, rolling=rolling, options=options)
     if on_start is not None:
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),

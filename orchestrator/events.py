@@ -232,6 +232,20 @@ class StageProgress(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplicaRoll(Event):
+    """A step of a rolling redeploy (`deploy --rolling`) for one replica behind the router:
+    removed, drained, redeployed, added, serving, failed."""
+
+    name: ClassVar[str] = "roll.step"
+    method: ClassVar[str] = "on_replica_roll"
+
+    host: str
+    step: str
+    detail: str | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class StageCheckRetry(Event):
     """A stage's check was cut by a dropped connection and is asked again."""
 
@@ -339,6 +353,9 @@ class EventHandler:
 
     def on_run_started(self, e: RunStarted) -> None:
         """`run.start`."""
+
+    def on_replica_roll(self, e: ReplicaRoll) -> None:
+        """`roll.step`."""
 
     def on_run_interrupted(self, e: RunInterrupted) -> None:
         """`run.interrupted`."""

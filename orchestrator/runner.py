@@ -73,7 +73,13 @@ from orchestrator.host import Host
 from orchestrator.plan import Node, RenderedPlan
 from orchestrator.redact import REDACTOR, Redactor
 from orchestrator.result import Result
-from orchestrator.stages.base import Converged, Stage, StageContext, stage_kinds
+from orchestrator.stages.base import (
+    Converged,
+    Stage,
+    StageContext,
+    inventory_groups,
+    stage_kinds,
+)
 from orchestrator.transports import make_transport
 from orchestrator.transports.base import Transport
 
@@ -598,6 +604,7 @@ class Runner:
             facts=facts, progress=progress,
             secrets=self.redactor.values, env=node.env, open_host=open_host,
             inventory_hosts=dict(self.plan.inventory.hosts), cancelled=self._cancel,
+            inventory_groups=inventory_groups(self.plan.inventory),
             # a stage the lock has no entry for gets {}: kinds that lock refuse it
             locked=self.options.locked.get("stages", {}).get(sid, {})
             if self.options.locked is not None else None,

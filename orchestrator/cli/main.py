@@ -88,6 +88,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     _add_selection(deploy)
     deploy.add_argument("--dry-run", action="store_true",
                         help="run only the checks and print what WOULD change; change nothing")
+    deploy.add_argument("--rolling", action="store_true",
+                        help="redeploy the replicas behind the playbook's sglang_router one "
+                        "batch at a time: out of the router, drained, redeployed, verified, "
+                        "back in (no request lost)")
+    deploy.add_argument("--max-unavailable", type=int, default=1, metavar="N",
+                        help="with --rolling: replicas out of the router at once (default 1)")
     deploy.set_defaults(func=cmd_deploy)
 
     plan = sub.add_parser(
@@ -218,7 +224,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             selection=Selection.from_args(args.limit, args.only, args.from_, args.skip),
             options=options, locked_path=args.locked, run_dir=args.run_dir,
             handlers=[view] if view is not None else [], verbose=args.verbose,
-            on_start=on_start)
+            on_start=on_start, rolling=_rolling(args))
     finally:
         if view is not None:
             view.close()
@@ -227,6 +233,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     else:
         _print_summary(outcome, args.locked if args.dry_run else None)
     return outcome.exit_code
+
+
+def _rolling(args: argparse.Namespace) -> Any:
+    """RollingOptions for `deploy --rolling`, else None (plan has no --rolling)."""
+    if not getattr(args, "rolling", False):
+        return None
+    from orchestrator.rolling import RollingOptions
+
+    return RollingOptions(max_unavailable=args.max_unavailable)
 
 
 def _vars_files(paths: list[str]) -> dict[str, Any]:

@@ -71,6 +71,8 @@ class StageContext:
     open_host: Callable[[str], Host] | None = None
     #: all hosts of the inventory by name (specs only), e.g. to find a hypervisor entry
     inventory_hosts: dict[str, Any] = field(default_factory=dict)
+    #: the inventory's groups: name -> member host names (e.g. a router's worker group)
+    inventory_groups: dict[str, list[str]] = field(default_factory=dict)
     #: with `deploy --locked FILE`: what this stage recorded under "lock" in that deploy; a kind
     #: that would produce something else refuses (and under a dry run reports the drift)
     locked: dict[str, Any] | None = None
@@ -118,6 +120,13 @@ class Stage:
 
     def verify(self, host: Host, ctx: StageContext) -> None:
         """After apply: raise StageError unless the host is now converged."""
+
+
+def inventory_groups(inventory: Any) -> dict[str, list[str]]:
+    """Every group of an inventory (its `groups:` and those its hosts name) -> member hosts."""
+    names = dict.fromkeys([*inventory.groups, *(g for h in inventory.hosts.values()
+                                                 for g in h.groups)])
+    return {g: inventory.group_members(g) for g in names}
 
 
 def stage_kinds() -> dict[str, type[Stage]]:

@@ -1,0 +1,231 @@
+"""The `sglang_router` stage kind: SGLang's own router (PyPI `sglang-router`) in front of replicas.
+
+    - id: router
+      uses: sglang_router
+      needs: [router_packages]          # python_venv + pip_install sglang-router==0.3.2
+      with:
+        python: "{{ router_venv }}/bin/python"
+        worker_group: replicas          # inventory group: one worker URL per host
+        worker_port: 30000              # http://ADDRESS:PORT (ADDRESS: the host's address)
+        # workers: [http://10.0.0.1:30000]   # or the URLs themselves
+        policy: round_robin             # random|round_robin|cache_aware|power_of_two|manual
+        host: 0.0.0.0
+        port: 30080
+        state_dir: "{{ base_dir }}/router"
+        chat_model: kimi-k2.6           # readiness: one chat completion through the router
+        drain_timeout: 5m               # deploy --rolling: longest wait for a replica's requests
+
+check: converged when the router recorded in `state_dir` is alive (not a recycled pid) with the
+same FINGERPRINT (launch arguments - worker URLs and policy included -, environment, the venv's
+sglang-router version) and answers /health. apply: stops the previous router (SIGTERM to its
+process group, SIGKILL after `stop_timeout`) and starts `python -m sglang_router.launch_router
+--host H --port P --policy X --worker-urls URL...` under the same supervisor as the SGLang
+server (orchestrator/remote/supervisor.py through the `server_start` action). verify, bounded
+by `ready_timeout`: the router's /health answers, GET /workers lists every worker URL healthy,
+then a chat completion through the router answers 200 (a dead router fails at once, with its log).
+What the router does is read from its real code: orchestrator/sglang/router.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import time
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from orchestrator.config.model import parse_duration
+from orchestrator.errors import StageError
+from orchestrator.facts.pyenv import VenvInventory, venv_of
+from orchestrator.facts.server import ServerStart, ServerStatus
+from orchestrator.host import Host
+from orchestrator.sglang import router as rt
+from orchestrator.sglang import server_change as change
+from orchestrator.sglang import server_rules as rules
+from orchestrator.sglang.layout import ServerLayout, local_url
+from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+
+
+class SGLangRouterParams(Params):
+    """Parameters of the sglang_router kind."""
+
+    python: str = Field(description="the router venv's python (has sglang-router installed)")
+    workers: list[str] = Field(default_factory=list, description="worker URLs")
+    worker_group: str | None = Field(None, description="inventory group: a worker per host")
+    worker_port: int = Field(30000, ge=1, le=65535, description="the workers' port")
+    worker_scheme: str = Field("http", pattern=r"^https?$")
+    policy: str = Field("round_robin", description="--policy: " + ", ".join(rt.POLICIES))
+    host: str = Field("127.0.0.1", description="--host (address the router binds)")
+    port: int = Field(30080, ge=1, le=65535, description="--port")
+    extra_args: list[str] = Field(default_factory=list, description="more launcher arguments")
+    env: dict[str, str] = Field(default_factory=dict)
+    state_dir: str = Field(description="pid file, log, fingerprint, launch spec")
+    chat_model: str | None = Field(None, description="model of the readiness chat completion")
+    ready_timeout: float = Field(300.0, description="how long verify waits for the workers")
+    poll_interval: float = 0.5
+    stop_timeout: float = Field(30.0, description="SIGTERM grace before SIGKILL")
+    drain_timeout: float = Field(300.0, description="deploy --rolling: longest wait for a "
+                                 "replica's in-flight requests after it left the router")
+    #: server_change's helpers read these (the router never takes a foreign port over)
+    stop_stale: bool = False
+
+    @field_validator("ready_timeout", "poll_interval", "stop_timeout", "drain_timeout",
+                     mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _args(cls, v: Any) -> Any:
+        return shlex.split(v) if isinstance(v, str) else v
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v not in rt.POLICIES:  # router_args.py:249 (argparse choices)
+            raise ValueError(f"policy must be one of {', '.join(rt.POLICIES)}, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _some_workers(self) -> SGLangRouterParams:
+        if not self.workers and not self.worker_group:
+            raise ValueError("give `workers:` (URLs) or `worker_group:` (an inventory group)")
+        return self
+
+
+def worker_urls(p: SGLangRouterParams, groups: dict[str, list[str]],
+                hosts: dict[str, Any]) -> dict[str, str]:
+    """Worker URL per inventory host of `worker_group` (then the literal `workers`, keyed by
+    URL): http://ADDRESS:worker_port, ADDRESS being the host's address (else its name)."""
+    out: dict[str, str] = {}
+    if p.worker_group:
+        if p.worker_group not in groups:
+            raise StageError(f"worker_group {p.worker_group!r} is not an inventory group",
+                             hint="known groups: " + ", ".join(sorted(groups)))
+        for name in groups[p.worker_group]:
+            spec = hosts.get(name)
+            address = getattr(spec, "address", None) or name
+            out[name] = f"{p.worker_scheme}://{address}:{p.worker_port}"
+    for url in p.workers:
+        out.setdefault(rt.norm_url(url), rt.norm_url(url))
+    return out
+
+
+class SGLangRouter(Stage, kind="sglang_router"):
+    """Run SGLang's router on its host, supervised and fingerprinted like the server."""
+
+    Params = SGLangRouterParams
+    params: SGLangRouterParams
+
+    @property
+    def _layout(self) -> ServerLayout:
+        return ServerLayout(self.params.state_dir)
+
+    def urls(self, ctx: StageContext) -> dict[str, str]:
+        """Inventory host (or URL) -> worker URL."""
+        return worker_urls(self.params, ctx.inventory_groups, ctx.inventory_hosts)
+
+    def api(self, host: Host) -> rt.RouterApi:
+        """The router's API, from its own host."""
+        return rt.RouterApi(host, local_url(self.params.host, self.params.port))
+
+    def _desired(self, host: Host, ctx: StageContext) -> tuple[list[str], dict[str, Any]]:
+        p = self.params
+        args = rt.router_args(self.urls(ctx).values(), policy=p.policy, host=p.host,
+                              port=p.port, extra_args=p.extra_args)
+        venv = venv_of(p.python)
+        version = None
+        if venv is not None:
+            inv = host.fact(VenvInventory, path=venv, names=["sglang-router"])
+            version = (inv.versions or {}).get("sglang-router")
+        parts = {"python": p.python, "args": args, "sglang_router": version,
+                 "env": {k: hashlib.sha256(f"{k}={v}".encode()).hexdigest()[:16]
+                         for k, v in sorted(p.env.items())}}
+        digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+        return args, {"fingerprint": digest, "parts": parts}
+
+    def check(self, host: Host, ctx: StageContext) -> CheckResult:
+        """Converged when our router runs with the same fingerprint and answers /health."""
+        p = self.params
+        args, fp = self._desired(host, ctx)
+        ctx.record("workers", list(self.urls(ctx).values()))
+        status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
+        if status.foreign_listener is not None:
+            who = rules.describe_foreign(status.foreign_listener)
+            raise StageError(f"a process not started by us ({who}) holds {p.host}:{p.port}",
+                             hint="stop it, or give the router another port")
+        verdict = rules.server_verdict(status, fp, port=p.port, restart_after=p.ready_timeout)
+        if verdict.converged:
+            return Converged(verdict.reason.replace("wait_ready", "verify"))
+        return Needed(verdict.reason, plan=(status, args, fp))
+
+    def apply(self, host: Host, ctx: StageContext, plan: Any = None) -> None:
+        """Stop the previous router, write the launch files, start the supervisor."""
+        p = self.params
+        if plan is None:
+            verdict = self.check(host, ctx)
+            if isinstance(verdict, Converged):
+                return
+            plan = verdict.plan
+        status, args, fp = plan
+        change.stop_previous(host, ctx, p, status)
+        layout = self._layout
+        spec = {"argv": [p.python, "-m", rt.LAUNCH_MODULE, *args], "env": dict(p.env),
+                "log": layout.log, "pid_file": layout.pid, "exit_file": layout.exit,
+                "key_file": None, "fingerprint": fp["fingerprint"], "cwd": p.state_dir,
+                "mkdirs": [], "managed_by": "background", "unit": None,
+                "host": p.host, "port": p.port}
+        host.run_argv(["mkdir", "-p", p.state_dir], check=True, timeout=30, what="mkdir")
+        host.write_file(layout.launch, json.dumps(spec, indent=1) + "\n", mode=0o600)
+        host.write_file(layout.fingerprint, json.dumps(fp, indent=1) + "\n", mode=0o600)
+        res = ServerStart.from_answer(host.act("server_start", state_dir=p.state_dir,
+                                          python=p.python))
+        if res.error is not None:
+            raise StageError(f"the router could not be started: {res.error}")
+        ctx.record("pid", res.pidfile.pid if res.pidfile else None)
+        ctx.record("fingerprint", fp["fingerprint"][:16])
+        ctx.record("log", layout.log)
+        ctx.record("sglang_router_version", fp["parts"]["sglang_router"])
+
+    def verify(self, host: Host, ctx: StageContext) -> None:
+        """Bounded: the router answers, lists every worker healthy, and serves a chat."""
+        p = self.params
+        want = set(self.urls(ctx).values())
+        api = self.api(host)
+        deadline = time.monotonic() + p.ready_timeout
+        why = "not polled yet"
+        while time.monotonic() < deadline:
+            st = host.fact(ServerStatus, state_dir=p.state_dir, log_lines=30)
+            if not st.running:
+                tail = "\n".join(st.log_tail) or "(the log is empty)"
+                raise StageError(f"the router exited; last lines of {st.log_path}:\n"
+                                 f"{change.indent(tail)}")
+            why = self._not_ready(api, want)
+            if why is None:
+                ctx.record("ready_workers", sorted(want))
+                return
+            ctx.progress(f"router: {why}")
+            ctx.sleep(p.poll_interval)
+        raise StageError(f"the router on {api.base} was not ready after "
+                         f"{p.ready_timeout:.0f}s: {why}",
+                         hint=f"see the router's log {self._layout.log} and the workers")
+
+    def _not_ready(self, api: rt.RouterApi, want: set[str]) -> str | None:
+        """Why the router does not serve yet (None: it does)."""
+        health = api.health()
+        if not health.ok:
+            return f"/health {health.what}"
+        listed = api.workers()
+        if listed is None:
+            return "GET /workers does not answer"
+        healthy = {w.url for w in listed if w.healthy}
+        missing = sorted(want - healthy)
+        if missing:
+            return "workers not listed healthy: " + ", ".join(missing)
+        chat = api.chat(self.params.chat_model)
+        if not chat.ok:
+            return f"chat completion through the router: {chat.what} {chat.body[:200]}"
+        return None

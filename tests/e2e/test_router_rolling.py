@@ -1,0 +1,168 @@
+"""Replicas behind the REAL SGLang router (PyPI sglang-router 0.3.2, its Rust binary) on simulated
+hosts: a 3-replica fleet deploys and serves through the router, then a rolling redeploy that
+changes every replica's launch fingerprint runs while clients send requests through the router,
+and not one request fails.
+
+The router's wheel and its dependencies come from .cache/router-wheels/ (`make router-wheels`,
+once, from PyPI); they are copied into the simulator's package index, so the router host installs
+them with real pip and no network. Without them this module skips.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.deploy import deploy
+from orchestrator.events import EventHandler, ReplicaRoll, StageFinished
+from orchestrator.rolling import RollingOptions
+from orchestrator.sim.fleet import SimFleet
+from scripts.fetch_router_wheels import CACHE, have_wheels
+from tests.sim.conftest import assert_nothing_left
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = REPO / "playbooks/kimi-k2.6-router.yaml"
+PROFILE = REPO / "configs/models/kimi-k2.6.yaml"
+SCALE = 0.001
+REPLICAS = ["gpu-1", "gpu-2", "gpu-3"]
+ROUTER = "gpu-4"
+ROUTER_PORT = 30080
+
+pytestmark = pytest.mark.skipif(
+    not have_wheels(), reason=f"no sglang-router wheel in {CACHE}: run `make router-wheels` "
+    "(downloads the real wheel from PyPI once)")
+
+
+class Collector(EventHandler):
+    """Stage results and roll steps."""
+
+    def __init__(self) -> None:
+        self.finished: list[StageFinished] = []
+        self.roll: list[ReplicaRoll] = []
+
+    def on_stage_finished(self, e: StageFinished) -> None:
+        self.finished.append(e)
+
+    def on_replica_roll(self, e: ReplicaRoll) -> None:
+        self.roll.append(e)
+
+
+class Load:
+    """Clients sending chat completions through the router until stopped."""
+
+    def __init__(self, url: str, clients: int = 4) -> None:
+        self.url = url
+        self.sent = 0
+        self.failed: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._client, daemon=True)
+                        for _ in range(clients)]
+
+    def _client(self) -> None:
+        body = json.dumps({"model": "kimi-k2.6", "max_tokens": 16, "temperature": 0,
+                           "messages": [{"role": "user", "content": "hello"}]}).encode()
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        while not self.stop.is_set():
+            req = urllib.request.Request(self.url + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            error = None
+            try:
+                with opener.open(req, timeout=60) as resp:
+                    if resp.status != 200 or not json.loads(resp.read())["choices"]:
+                        error = f"status {resp.status}"
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+                error = repr(exc)
+            with self.lock:
+                self.sent += 1
+                if error:
+                    self.failed.append(error)
+
+    def __enter__(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=90)
+
+
+def _inventory(fleet: SimFleet, path: Path) -> tuple[Path, str]:
+    """The simulator's inventory plus the groups `replicas` and `router`."""
+    inv = yaml.safe_load(fleet.inventory_path.read_text())
+    inv["groups"]["replicas"] = {"hosts": REPLICAS}
+    inv["groups"]["router"] = {"hosts": [ROUTER]}
+    address = inv["hosts"][ROUTER]["address"]
+    inv["hosts"][ROUTER]["vars"]["router_host"] = address
+    path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path, f"http://{address}:{ROUTER_PORT}"
+
+
+def _seed_index(fleet: SimFleet) -> None:
+    """The real router wheels into the simulated package index (which rescans its folder)."""
+    wheels = fleet.simdir / "wheels"
+    for whl in CACHE.glob("*.whl"):
+        if not (wheels / whl.name).exists():
+            shutil.copy2(whl, wheels / whl.name)
+
+
+def _changed_launch() -> dict[str, Any]:
+    """The profile's `launch` with another mem_fraction_static: a new launch fingerprint."""
+    launch = yaml.safe_load(PROFILE.read_text())["launch"]
+    return {"launch": {**launch, "mem_fraction_static": 0.87}}
+
+
+def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path: Path) -> None:
+    fleet = SimFleet.up(tmp_path / "sim", hosts=4, time_scale=SCALE)
+    try:
+        _seed_index(fleet)
+        inventory, router_url = _inventory(fleet, tmp_path / "inventory.yaml")
+        first = Collector()
+        one = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[first])
+        assert one.exit_code == 0, one.summary
+        assert one.statuses(ROUTER) == {"router_venv": "changed", "router_packages": "changed",
+                                        "router": "changed"}
+        for h in REPLICAS:
+            assert one.statuses(h)["server"] == "changed"
+        facts = one.summary["hosts"][ROUTER]["facts"]["router"]
+        assert facts["sglang_router_version"] == "0.3.2"
+        assert len(facts["ready_workers"]) == 3
+
+        seen = Collector()
+        t0 = time.monotonic()
+        with Load(router_url) as load:
+            time.sleep(0.5)  # traffic flows before the roll starts
+            two = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[seen],
+                         cli_vars=_changed_launch(), rolling=RollingOptions(max_unavailable=1))
+            time.sleep(0.5)
+        took = time.monotonic() - t0
+        print(f"rolling redeploy of {len(REPLICAS)} replicas under load: {load.sent} requests "
+              f"through the real router, {len(load.failed)} failed, {took:.1f}s")
+        assert two.exit_code == 0, two.summary
+        assert load.failed == [], load.failed[:5]
+        assert load.sent > 20
+        for h in REPLICAS:
+            assert two.statuses(h)["server"] == "changed", two.statuses(h)
+        assert two.statuses(ROUTER)["router"] == "ok"
+        steps = [(e.host, e.step) for e in seen.roll]
+        for h in REPLICAS:
+            mine = [s for host, s in steps if host == h]
+            assert mine == ["removed", "drained", "redeployed", "added", "serving"], mine
+        # one at a time: a replica is back and serving before the next one leaves
+        order = [h for h, s in steps if s in ("removed", "serving")]
+        assert order == [h for h in REPLICAS for _ in range(2)], order
+    finally:
+        pid = fleet.info().get("pid")
+        fleet.down()
+        assert_nothing_left(fleet.simdir, pid)
