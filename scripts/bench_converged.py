@@ -56,14 +56,15 @@ PLAYBOOK = REPO / "playbooks/kimi-k2.6-eagle3.yaml"
 ANCHORS = REPO / "bench/anchors"
 BENCH_VENV = REPO / ".venv-bench"
 TOOLS = ("orchestrator", "pyinfra", "fabric", "ansible", "floor")
-LABELS = {"orchestrator": "orchestrator", "pyinfra": "pyinfra 3.10.0", "fabric": "Fabric 3.2.3",
-          "ansible": "Ansible 2.19.14", "floor": "floor (ssh true)"}
-#: each anchor's own venv under .venv-bench/, exactly these versions
+#: each anchor's own venv under .venv-bench/, exactly these versions (the first names the tool)
 PINS = {
     "ansible": ("ansible-core==2.19.14",),
     "pyinfra": ("pyinfra==3.10.0",),
     "fabric": ("fabric==3.2.3", "packaging==26.4"),
 }
+LABELS = {"orchestrator": "orchestrator", "floor": "floor (ssh true)",
+          **{t: f"{t.capitalize() if t != 'pyinfra' else t} {pins[0].split('==')[1]}"
+             for t, pins in PINS.items()}}
 #: the checks the pyinfra and Fabric anchors report per host (our stage ids; health split in two)
 CHECKS = ("health.gpus", "health.uvm", "venv", "packages", "target", "drafter", "inspect",
           "server", "ready")
@@ -295,7 +296,14 @@ class Bench:
         self.orchestrator = shlex.split(args.orchestrator) if args.orchestrator else (
             [str(REPO / ".venv/bin/orchestrator")] if (REPO / ".venv/bin/orchestrator").exists()
             else [sys.executable, "-m", "orchestrator"])
-        self.pythons = {t: anchor_python(t) for t in PINS if t in args.tools}
+        self.pythons: dict[str, Path] = {}
+        for tool in [t for t in PINS if t in args.tools]:
+            try:
+                self.pythons[tool] = anchor_python(tool)
+            except (subprocess.CalledProcessError, OSError) as exc:
+                print(f"{tool}: cannot install {' '.join(PINS[tool])} ({exc}); left out",
+                      flush=True)
+                args.tools.remove(tool)
         self.ansible_tasks = len(_load(ANCHORS / "ansible/converged.yml")[0]["tasks"])
         self.inventories: dict[int, dict[str, Path]] = {}
         self.specs: dict[int, dict[str, Any]] = {}
@@ -563,6 +571,12 @@ def main() -> int:
     if unknown or not tools or not sizes or min(sizes) < 1:
         ap.error(f"bad --tools/--hosts (unknown tools: {sorted(unknown)})")
     args.tools = tools
+    missing = [p for p in ("sshd", "ssh") if not any(
+        Path(d, p).exists() for d in ("/usr/sbin", "/usr/local/sbin")) and not shutil.which(p)]
+    if missing:
+        print(f"bench_converged: skipped, OpenSSH not installed ({', '.join(missing)} missing; "
+              "scripts/test-prereqs.sh installs it)")
+        return 0
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="bench-converged-"))
     owned = args.sim_dir is None
