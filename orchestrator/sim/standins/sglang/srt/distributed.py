@@ -26,6 +26,7 @@ The simulator's simplifications: the simulated hosts share one kernel, so rank 0
 on the dist-init ADDRESS (torch binds every interface); a rank that reaches a store whose group
 is already complete (an old rank 0 not yet stopped) is turned away and tries again until the
 timeout. The link is one TCP connection per rank >= 1 to rank 0, kept for the life of the group.
+The timeout is wall-clock time, not scaled by the simulator's time scale.
 """
 
 from __future__ import annotations
@@ -79,18 +80,19 @@ def _watch(sock: socket.socket, who: str) -> None:
 class Group:
     """One node's side of a multi-node group (nnodes > 1 with --dist-init-addr)."""
 
-    def __init__(self, server_args, stop: threading.Event, scale: float) -> None:
+    def __init__(self, server_args, stop: threading.Event) -> None:
         self.args = server_args
         self.stop = stop
         self.nnodes = int(server_args.nnodes)
         self.rank = int(server_args.node_rank)
         self.addr = str(server_args.dist_init_addr)
         self.timeout = float(getattr(server_args, "dist_timeout", None) or DEFAULT_TIMEOUT)
-        self.scale = scale
         self.links: list = []
 
     def _deadline(self) -> float:
-        return time.monotonic() + self.timeout * self.scale
+        # NOT time-scaled: the other nodes are started by their deployer in real time (a
+        # scaled 30 minutes, 1.8 s at 1/1000, would end a group whose second box is slower)
+        return time.monotonic() + self.timeout
 
     def _timed_out(self) -> RuntimeError:
         return RuntimeError(

@@ -153,7 +153,7 @@ class ModelLoader:
         args = self.args
         if args.nnodes > 1 and args.dist_init_addr:
             # every node rank waits for the others at tcp://DIST_INIT_ADDR (srt/distributed.py)
-            group = distributed.Group(args, self.stop, self.scale)
+            group = distributed.Group(args, self.stop)
             try:
                 group.join()
             except distributed.Stopped:
