@@ -14,8 +14,10 @@ not merged key by key):
 
 Built-ins are always present and cannot be overridden (the loader rejects vars with these names):
 ``inventory_hostname`` (the host's inventory name), ``host`` (a dict: name, address - the
-address, or the name when none is set -, port - None when unset -, user) and ``group_names``
-(the host's groups: those of ``groups:`` in inventory order, then those named only by the host).
+address, or the name when none is set -, port - None when unset -, user), ``group_names``
+(the host's groups: those of ``groups:`` in inventory order, then those named only by the host)
+and ``groups`` (every group's member names, in inventory order, as Ansible's magic variable:
+e.g. a multi-node server's ``nodes: "{{ groups.gpu }}"``).
 
 Values may refer to other variables (``venv: "{{ base_dir }}/venv"``); they are rendered in
 dependency order, so the order of definition does not matter. A cycle (a refers to b, b to a) is a
@@ -37,7 +39,7 @@ from orchestrator.config.yamlsrc import parse_scalar
 from orchestrator.errors import ConfigError, ConfigProblem, Location
 from orchestrator.redact import is_secret_name
 
-BUILTINS = ("inventory_hostname", "host", "group_names")
+BUILTINS = ("inventory_hostname", "host", "group_names", "groups")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -93,7 +95,16 @@ def builtin_variables(inventory: Inventory, host_name: str) -> dict[str, Any]:
             "user": spec.user,
         },
         "group_names": group_names(inventory, host_name),
+        "groups": {g: inventory.group_members(g) for g in _all_groups(inventory)},
     }
+
+
+def _all_groups(inventory: Inventory) -> list[str]:
+    """Group names: the inventory's `groups:` in order, then those named only by hosts."""
+    names = list(inventory.groups)
+    for spec in inventory.hosts.values():
+        names += [g for g in spec.groups if g not in names]
+    return names
 
 
 def _layers(
