@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import CommandTimeout
 from orchestrator.facts.hardware import GpuHealth
+from orchestrator.facts.network import TcpPort
 from orchestrator.facts.programs import marked_result
 from orchestrator.facts.pyenv import VenvInventory, venv_of
 from orchestrator.facts.venv import VenvVersions
 from orchestrator.host import Host
 from orchestrator.remote import source
+from orchestrator.sglang.multinode import NodeGroup, reach_problem
 from orchestrator.sglang.preflight import (
     NVFP4_FORMAT,
     HostFacts,
@@ -38,11 +40,45 @@ VENV_FACTS = source("venv_versions")
 
 @dataclass(frozen=True)
 class Desired:
-    """The launch this deploy wants: server arguments, environment, fingerprint record."""
+    """The launch this deploy wants: server arguments, environment, fingerprint record, and
+    this host's multi-node group (None for a single-node server)."""
 
     args: list[str]
     env: dict[str, str]
     fingerprint: dict[str, Any]
+    group: NodeGroup | None = None
+
+
+def group_reach(host: Host, group: NodeGroup, timeout: float = 3.0) -> TcpPort:
+    """A TCP connect from this host to node 0's dist-init HOST:PORT (and whether it is ours)."""
+    address, port = group.leader_address
+    return host.fact(TcpPort, address=address, port=port, timeout=timeout)
+
+
+def group_broken(host: Host, group: NodeGroup | None) -> str | None:
+    """Why a running node rank >= 1 no longer has a group, or None.
+
+    Node 0's torch.distributed store listens on the dist-init port for the group's life; when
+    nothing accepts there (node 0's box rebooted, its server died) the ranks on this node wait
+    for a group that is gone (real SGLang ends them too, once a collective fails: see
+    orchestrator.sglang.multinode), so this node is launched again to rejoin a new one.
+    """
+    if group is None or group.leader:
+        return None
+    reach = group_reach(host, group)
+    if reach.listening:
+        return None
+    return (f"the group's node 0 ({group.nodes[0]}, {group.dist_init_addr}) no longer serves "
+            f"its dist-init port ({reach.reach}): the whole group restarts")
+
+
+def check_group(host: Host, group: NodeGroup, report: Report) -> None:
+    """Refuse (in the preflight report) a launch that cannot form its group: node 0's
+    dist-init address unreachable from this node, or not node 0's own."""
+    reach = group_reach(host, group)
+    problem = reach_problem(group, reach.reach, reach.local, reach.error)
+    if problem is not None:
+        report.refuse("multinode.dist-init-unreachable", "sched-init", problem)
 
 
 def venv_versions(host: Host, python: str, timeout: float, nvfp4: bool = False) -> VenvVersions:

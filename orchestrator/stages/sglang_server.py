@@ -38,6 +38,13 @@ setsid - or, where systemd runs the host (`systemd: auto`), a unit `systemctl re
 returns at once: readiness is `wait_ready`'s job. verify: the process is still alive
 `verify_window` after the start (a bad argument shows at once), else the log tail is reported.
 
+Multi-node TP (orchestrator/sglang/multinode.py): with `nodes: "{{ groups.gpu }}"` (two or more
+inventory hosts, node 0 first) every node gets `--nnodes N --node-rank R --dist-init-addr
+NODE0:dist_init_port` (or `dist_init_addr`). Before a launch, node 0 must own that address and
+every other node must reach it (probe `tcp_port`, refused in the preflight otherwise). A running
+node rank >= 1 whose node 0 no longer listens there is launched again: one rank dying ends the
+group in real SGLang, so after either box reboots the whole group restarts.
+
 Lock file fact "lock": {sglang_version, args (host paths as <model_path>, <draft_model_path>,
 <state_dir>, <cache_dir>; --host as <host>, --port kept), bind (loopback/all/address), env (names
 and a sha256 of the values)}. Under `deploy --locked` a launch whose args, bind, env or SGLang
@@ -71,6 +78,7 @@ from orchestrator.sglang import server_change as change
 from orchestrator.sglang import server_host as facts
 from orchestrator.sglang import server_rules as rules
 from orchestrator.sglang.layout import DEFAULT_HOST, DEFAULT_PORT, ServerLayout
+from orchestrator.sglang.multinode import DEFAULT_DIST_INIT_PORT, NodeGroup, node_group
 from orchestrator.sglang.preflight import Report
 from orchestrator.sglang.server_host import Desired
 from orchestrator.stages._pinning import launch_pin, missing_entry, refuse
@@ -125,6 +133,15 @@ class SGLangServerParams(Params):
     log_level: str | None = None
     extra_args: list[str] = Field(default_factory=list,
                                   description="more server arguments, checked like the rest")
+    nodes: list[str] = Field(default_factory=list, description="multi-node TP: the group's "
+                             "inventory hosts in node-rank order, e.g. \"{{ groups.gpu }}\"; "
+                             "empty or one name = a single-node server")
+    dist_init_addr: str | None = Field(None, description="--dist-init-addr HOST:PORT (default: "
+                                       "node 0's inventory address and dist_init_port)")
+    dist_init_port: int = Field(DEFAULT_DIST_INIT_PORT, ge=1, le=65535,
+                                description="port of node 0's torch.distributed store")
+    dist_timeout: int | None = Field(None, ge=1, description="--dist-timeout seconds (SGLang: "
+                                     "torch's 30 minutes when unset)")
     env: dict[str, str] = Field(default_factory=dict, description="server environment, e.g. "
                                 "NCCL_P2P_LEVEL, NCCL_GRAPH_FILE")
     cache_dir: str | None = Field(None, description="persistent JIT caches (Triton, inductor, "
@@ -192,9 +209,14 @@ class SGLangServer(Stage, kind="sglang_server"):
     def _layout(self) -> ServerLayout:
         return ServerLayout(self.params.state_dir)
 
-    def _desired(self, host: Host, venv: VenvVersions) -> Desired:
+    def _group(self, host: Host, ctx: StageContext) -> NodeGroup | None:
         p = self.params
-        args = launch.build_args(p)
+        return node_group(p.nodes, host.name, ctx.inventory_hosts, dist_timeout=p.dist_timeout,
+                          dist_init_addr=p.dist_init_addr, dist_init_port=p.dist_init_port)
+
+    def _desired(self, host: Host, venv: VenvVersions, group: NodeGroup | None) -> Desired:
+        p = self.params
+        args = launch.build_args(p) + (group.args() if group else [])
         env = launch.launch_env(p.cache_dir or self._layout.cache, p.env)
         fp = launch.fingerprint(
             args, env, sglang_version=venv.sglang,
@@ -202,7 +224,7 @@ class SGLangServer(Stage, kind="sglang_server"):
             draft_identity=facts.identity(host, p.draft_model_path),
             api_key=p.api_key, python=p.python,
         )
-        return Desired(args, env, fp)
+        return Desired(args, env, fp, group)
 
     def _launch_mode(self, host: Host) -> str:
         p = self.params
@@ -243,7 +265,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         p = self.params
         status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
         venv = facts.venv_versions(host, p.python, p.check_timeout)
-        desired = self._desired(host, venv)
+        desired = self._desired(host, venv, self._group(host, ctx))
         entry = self._lock_entry(desired, venv)
         ctx.record("lock", entry)
         if ctx.locked is not None:
@@ -253,9 +275,10 @@ class SGLangServer(Stage, kind="sglang_server"):
         gpu = self._check_stale(host, ctx, status)
         verdict = rules.server_verdict(status, desired.fingerprint, port=p.port,
                                        restart_after=p.restart_unhealthy_after)
-        if verdict.converged:
+        broken = facts.group_broken(host, desired.group) if verdict.converged else None
+        if verdict.converged and broken is None:
             return Converged(verdict.reason)
-        return self._needed(host, ctx, verdict.reason, status, desired, venv, gpu)
+        return self._needed(host, ctx, broken or verdict.reason, status, desired, venv, gpu)
 
     def _check_stale(self, host: Host, ctx: StageContext,
                      status: ServerStatus) -> GpuHealth | None:
@@ -298,6 +321,8 @@ class SGLangServer(Stage, kind="sglang_server"):
                    gpu: GpuHealth, mode: str) -> Report:
         p = self.params
         report = facts.preflight(host, ctx, p, desired, venv, gpu, mode)
+        if desired.group is not None:
+            facts.check_group(host, desired.group, report)
         if report.problems and p.preflight == "enforce":
             report.raise_if_problems()
         for prob in report.problems:

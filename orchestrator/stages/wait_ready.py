@@ -24,6 +24,9 @@ after --decode-log-interval decode batches), else from /metrics. A speculator th
 off (EAGLE with an EAGLE-3 drafter, the target drafting for itself, a wrong drafter) fails the
 deploy; a working one is never failed for "not reported" before that much work was sent.
 
+With `follower: true` (a node rank >= 1 of a multi-node server, which serves only a dummy
+/health: orchestrator/sglang/multinode.py) it waits for that /health and checks nothing else.
+
 check: converged when /health is 200, the running server instance is the one this stage last
 verified (STATE_DIR/ready.json names its pid, start time and measured accept length, so a
 restarted server is verified again), /model_info matches and (with min_accept_length) the
@@ -74,6 +77,9 @@ class WaitReadyParams(Params):
     smoke_prompt: str = "In one short sentence: what is the capital of France?"
     smoke_max_tokens: int = Field(32, ge=1)
     request_timeout: float = Field(120.0, description="limit for one chat request")
+    follower: bool = Field(False, description="a node rank >= 1 of a multi-node server: only "
+                           "its dummy /health (always 200 once its schedulers run) is waited "
+                           "for; the API is proven on node 0")
 
     @field_validator("timeout", "poll_interval", "request_timeout", mode="before")
     @classmethod
@@ -122,6 +128,8 @@ class WaitReady(Stage, kind="wait_ready"):
         health = api.health()
         if not health.ok:
             return Needed(f"{api.base}/health: {health.error or health.status}")
+        if p.follower:
+            return Converged("node rank >= 1: its dummy /health answers 200")
         marker = None
         if p.state_dir:
             st = self._server_state(host)
@@ -204,6 +212,8 @@ class WaitReady(Stage, kind="wait_ready"):
         api = self._api(host)
         waited = self._wait(host, ctx)
         ctx.record("ready_after_s", round(waited, 2))
+        if p.follower:  # a dummy health server: no model, no chat (multinode.py)
+            return
         st = self._server_state(host)
         pf = st.pidfile if st is not None else None
         if pf is not None and pf.started_at:
