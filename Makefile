@@ -27,7 +27,7 @@ test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first 
 	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 lint: venv  ## ruff
-	$(BIN)/ruff check orchestrator tests scripts
+	$(BIN)/ruff check orchestrator tests scripts bench
 
 bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
