@@ -3,7 +3,8 @@
 Public API:
 
 - `load_playbook(path) -> Playbook`
-- `load_inventory(path) -> Inventory`
+- `load_inventory(path) -> Inventory`: our YAML format, or an Ansible INI or YAML inventory with
+  its group_vars/ and host_vars/ (`config.ansible`), translated to ours with its locations kept
 - `load_all(playbook_path, inventory_path, cli_vars=None) -> (Playbook, Inventory)`: both files,
   plus the checks that need both (hosts named by stages, undefined template variables); the
   problems of BOTH files come in one `ConfigError`.
@@ -44,6 +45,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.config.ansible import read_inventory as read_ansible_or_ours
 from orchestrator.config.kinds import stage_kinds
 from orchestrator.config.model import HostSpec, Inventory, Playbook, StageSpec
 from orchestrator.config.templating import (
@@ -129,7 +131,7 @@ def load_inventory(
 ) -> Inventory:
     """Load and validate one inventory; raise ConfigError with every problem found."""
     session = _Session(environ)
-    doc = session.read(path)
+    doc = session.read_inventory(path)
     inventory = session.inventory(doc) if doc is not None else None
     session.finish()
     assert inventory is not None
@@ -146,7 +148,7 @@ def load_all(
     """Load a playbook and an inventory together; one ConfigError lists the problems of both."""
     session = _Session(environ)
     pb_doc = session.read(playbook_path)
-    inv_doc = session.read(inventory_path)
+    inv_doc = session.read_inventory(inventory_path)
     inventory = session.inventory(inv_doc) if inv_doc is not None else None
     facts = _InventoryFacts.from_data(inv_doc.data if inv_doc is not None else None)
     for name in cli_vars or {}:
@@ -277,6 +279,17 @@ class _Session:
         except ConfigError as exc:
             self.problems.extend(exc.problems)
             return None
+
+    def read_inventory(self, path: str | os.PathLike[str]) -> YamlDoc | None:
+        """Our inventory format as read, or an Ansible one (INI, YAML) as our format's data."""
+        self.sources.append(str(path))
+        try:
+            doc, problems = read_ansible_or_ours(path, environ=self.environ)
+        except ConfigError as exc:
+            self.problems.extend(exc.problems)
+            return None
+        self.problems.extend(problems)
+        return doc
 
     # -- playbook ------------------------------------------------------------------------------
 

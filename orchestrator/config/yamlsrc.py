@@ -19,6 +19,7 @@ Problems become `ConfigProblem`s with a location, raised together in one `Config
 Merge keys (``<<: *defaults``) are supported; keys written next to them win. Mapping keys are
 always text (``on:`` is the key "on"), and, as in YAML 1.2, only true/false are booleans: yes, no,
 on, off stay text (pydantic still reads them as booleans where a field wants one); dates stay text.
+`yaml11_booleans=True` reads yes/no/on/off as booleans, as YAML 1.1 does (for Ansible's files).
 
 The `!env` tag
 --------------
@@ -232,8 +233,21 @@ def load_yaml(
     max_bytes: int = MAX_FILE_BYTES,
     max_depth: int = MAX_DEPTH,
     max_nodes: int = MAX_NODES,
+    yaml11_booleans: bool = False,
 ) -> YamlDoc:
-    """Read and load one YAML file; raise ConfigError (located) on any problem."""
+    """Read and load one YAML file; raise ConfigError (located) on any problem.
+
+    `yaml11_booleans`: read yes/no/on/off as booleans, as YAML 1.1 (and Ansible) does.
+    """
+    text = read_text(path, max_bytes=max_bytes)
+    return load_yaml_text(
+        text, str(path), environ=environ, max_depth=max_depth, max_nodes=max_nodes,
+        yaml11_booleans=yaml11_booleans,
+    )
+
+
+def read_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of a configuration file (UTF-8, at most `max_bytes`); problems as ConfigError."""
     source = str(path)
     try:
         size = os.stat(path).st_size
@@ -259,7 +273,7 @@ def load_yaml(
     if len(raw) > max_bytes:
         raise ConfigError([_too_big(source, len(raw), max_bytes)])
     try:
-        text = raw.decode("utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
@@ -267,9 +281,6 @@ def load_yaml(
             Location(source, line, col), "the file is not valid UTF-8 text",
             "save the file as UTF-8",
         )]) from None
-    return load_yaml_text(
-        text, source, environ=environ, max_depth=max_depth, max_nodes=max_nodes
-    )
 
 
 def _too_big(source: str, size: int, limit: int) -> ConfigProblem:
@@ -287,6 +298,7 @@ def load_yaml_text(
     environ: Mapping[str, str] | None = None,
     max_depth: int = MAX_DEPTH,
     max_nodes: int = MAX_NODES,
+    yaml11_booleans: bool = False,
 ) -> YamlDoc:
     """Load YAML text (named `source` in locations); raise ConfigError on any problem."""
     try:
@@ -328,6 +340,7 @@ def load_yaml_text(
     if node is None:
         return doc
     builder = _Builder(doc, loader, os.environ if environ is None else environ, max_nodes)
+    builder.yaml11_booleans = yaml11_booleans
     try:
         doc.data = builder.build(node, ())
     except _Abort:
@@ -395,6 +408,8 @@ class _Builder:
         self.done: set[int] = set()  # nodes built once: building them again expands an alias
         self.aliases: list[Path_] = []  # paths of the alias expansions in progress
         self.problems: list[ConfigProblem] = []
+        #: yes/no/on/off are booleans (YAML 1.1, as Ansible reads its files)
+        self.yaml11_booleans = False
 
     def loc(self, node: Node) -> Location:
         return _mark_loc(self.doc.source, node.start_mark)
@@ -443,7 +458,7 @@ class _Builder:
             self.problem(node, f"unsupported tag {node.tag!r}",
                          "remove the tag; only !env NAME (and standard YAML tags) are understood")
             return node.value
-        if _plain_text(node):
+        if _plain_text(node) and not (self.yaml11_booleans and node.tag == _BOOL_TAG):
             return node.value
         short = node.value if len(node.value) <= 40 else node.value[:37] + "..."
         try:
