@@ -8,7 +8,7 @@ PYTEST  ?= $(BIN)/pytest
 # --dist loadfile keeps each module (and its module-scoped simulated box) on one worker.
 PYTEST_ARGS ?= -n 4 --dist loadfile
 
-.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean
+.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean router-wheels
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -23,8 +23,12 @@ venv: $(STAMP)  ## create .venv and install orchestrator with its dev tools
 
 test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first when it can
 	@bash scripts/test-prereqs.sh
+	@$(BIN)/python scripts/fetch_router_wheels.py || echo "router tests will skip (no sglang-router wheel)"
 	@$(BIN)/python -m compileall -q orchestrator tests scripts >/dev/null  # bytecode once, even under PYTHONDONTWRITEBYTECODE
 	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+router-wheels: venv  ## the real sglang-router wheel + deps, once, into .cache/ (router tests use it)
+	$(BIN)/python scripts/fetch_router_wheels.py
 
 lint: venv  ## ruff
 	$(BIN)/ruff check orchestrator tests scripts bench

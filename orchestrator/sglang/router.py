@@ -5,7 +5,7 @@ from the same release's sdist, `pip download --no-binary :all: sglang-router==0.
 below are relative to the wheel's `sglang_router/` or to the sdist's root:
 
 - Launch: `python -m sglang_router.launch_router ARGS` parses ARGS with RouterArgs.add_cli_args
-  and starts the Rust router (launch_router.py:61-98, 101-105). `--host` (default 0.0.0.0) and
+  and starts the Rust router (launch_router.py:63-100, 103-106). `--host` (default 0.0.0.0) and
   `--port` (default 30000) bind it (router_args.py:16-17, 222-234); `--worker-urls URL...` takes
   nargs="*" (router_args.py:236-242); `--policy` is one of random, round_robin, cache_aware,
   power_of_two, manual, default cache_aware (router_args.py:245-251, 28).
@@ -13,20 +13,20 @@ below are relative to the wheel's `sglang_router/` or to the sdist's root:
   142-144, 603); `/readiness` is 200 only while at least one worker is healthy, else 503
   (src/server.rs:98-140, 602).
 - Workers: `GET /workers` lists {"workers": [{id, url, is_healthy, load, ...}], "total", "stats"}
-  (src/server.rs:614-619, 430-432; src/core/worker_service.rs:159-172, 262-282;
+  (src/server.rs:634-639, 430-432; src/core/worker_service.rs:159-172, 262-282;
   src/protocols/worker_spec.rs:119-178). There is no /add_worker or /list_workers route in
   0.3.2: `POST /workers {"url": URL}` queues an add job and answers 202 (worker_service.rs:
   225-259); `DELETE /workers/{id}` (id: a UUID from the list) queues a removal and answers 202
   (worker_service.rs:314-336). Both are asynchronous: the change shows in GET /workers later.
 - Adding a worker first needs `GET URL/health` to answer 2xx (retried until
   --worker-startup-timeout-secs; src/core/steps/worker/local/detect_connection.rs:17-36,
-  mod.rs:75-106), then reads /server_info and /model_info (discover_metadata.rs:99-170).
+  mod.rs:76-106), then reads /server_info and /model_info (discover_metadata.rs:99-170).
 - Removing a worker takes it out of the policy and the worker registry at once
   (remove_from_policy_registry.rs:39-50, remove_from_worker_registry.rs:52-60): no new request
   goes to it, but nothing waits for the requests it already serves (the removal workflow has no
-  drain step: src/core/steps/worker/local/mod.rs:198-260). Draining is the caller's job: wait for
+  drain step: src/core/steps/worker/local/mod.rs:198-263). Draining is the caller's job: wait for
   the worker's own running and queued requests to reach zero (SGLang's /metrics gauges
-  `sglang:num_running_reqs`, `sglang:num_queue_reqs`).
+  `sglang:num_running_reqs`, `sglang:num_queue_reqs`, served with --enable-metrics).
 - The OpenAI routes (/v1/chat/completions, ...) are proxied to a worker picked by the policy
   (src/server.rs:180-189, 551-553).
 """
@@ -51,7 +51,10 @@ POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
 #: router_args.py:16-17
 DEFAULT_HOST, DEFAULT_PORT = "0.0.0.0", 30000
 
-_GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)\{[^}]*\}\s+([0-9.eE+-]+)\s*$",
+#: SGLang's scheduler gauges (0.5.23 sglang/srt/observability/metrics_collector.py:364-375): one
+#: series per label set (tp_rank, ..., and per priority under priority scheduling: 1417-1429),
+#: so their sum is zero exactly when every series is; only that zero is relied on
+_GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
                     re.MULTILINE)
 
 

@@ -123,13 +123,57 @@ def _changed_launch() -> dict[str, Any]:
     return {"launch": {**launch, "mem_fraction_static": 0.87}}
 
 
+def _router_workers(router_url: str) -> dict[str, bool]:
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            router_url + "/workers", timeout=10) as resp:
+        return {w["url"]: w["is_healthy"] for w in json.loads(resp.read())["workers"]}
+
+
+def _failed_roll_stops_and_the_others_serve(inventory: Path, router_url: str,
+                                            tmp_path: Path) -> None:
+    """A launch the preflight refuses: the first replica fails, stays out of the router, the
+    roll stops and the two others keep serving (no request lost); a good roll brings it back."""
+    bad = _changed_launch()
+    bad["launch"]["extra_args"] = ["--no-such-flag"]
+    seen = Collector()
+    t0 = time.monotonic()
+    with Load(router_url, clients=2) as load:
+        out = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[seen],
+                     cli_vars=bad, rolling=RollingOptions())
+        workers = _router_workers(router_url)
+    steps = [(e.host, e.step, e.duration_s) for e in seen.roll]
+    print(f"failed roll: {load.sent} requests, {len(load.failed)} failed, "
+          f"{time.monotonic() - t0:.1f}s; steps {steps}")
+    assert out.exit_code == 1
+    assert out.statuses("gpu-1")["server"] == "failed"
+    for h in REPLICAS[1:]:
+        assert set(out.statuses(h).values()) == {"skipped"}, out.statuses(h)
+    assert [(e.host, e.step) for e in seen.roll][-1] == ("gpu-1", "failed")
+    hosts = yaml.safe_load(inventory.read_text())["hosts"]
+    assert sorted(workers) == [f"http://{hosts[h]['address']}:30000" for h in REPLICAS[1:]]
+    assert all(workers.values()) and load.failed == [] and load.sent > 0
+
+    again = Collector()
+    t0 = time.monotonic()
+    back = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[again],
+                  cli_vars=_changed_launch(), rolling=RollingOptions())
+    print(f"recovery roll: {time.monotonic() - t0:.1f}s; "
+          f"steps {[(e.host, e.step, e.duration_s) for e in again.roll]}")
+    assert back.exit_code == 0, back.summary
+    assert ("gpu-1", "serving") in [(e.host, e.step) for e in again.roll]
+    assert len(_router_workers(router_url)) == 3
+
+
 def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path: Path) -> None:
     fleet = SimFleet.up(tmp_path / "sim", hosts=4, time_scale=SCALE)
     try:
         _seed_index(fleet)
         inventory, router_url = _inventory(fleet, tmp_path / "inventory.yaml")
         first = Collector()
+        t_first = time.monotonic()
         one = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[first])
+        print(f"first deploy of {len(REPLICAS)} replicas + router: "
+              f"{time.monotonic() - t_first:.1f}s")
         assert one.exit_code == 0, one.summary
         assert one.statuses(ROUTER) == {"router_venv": "changed", "router_packages": "changed",
                                         "router": "changed"}
@@ -162,6 +206,9 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
         # one at a time: a replica is back and serving before the next one leaves
         order = [h for h, s in steps if s in ("removed", "serving")]
         assert order == [h for h in REPLICAS for _ in range(2)], order
+        assert {e.detail for e in seen.roll if e.step == "drained"} == {"0 requests in flight"}
+
+        _failed_roll_stops_and_the_others_serve(inventory, router_url, tmp_path)
     finally:
         pid = fleet.info().get("pid")
         fleet.down()

@@ -1,0 +1,96 @@
+"""The sglang_router kind's pure parts: launch arguments (held to the REAL launcher's parser of
+sglang-router 0.3.2 when its wheel is cached), worker URLs from an inventory group, parameter
+checks, and the in-flight reading of SGLang's /metrics that the rolling redeploy drains on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.config.model import HostSpec
+from orchestrator.errors import StageError
+from orchestrator.sglang import router as rt
+from orchestrator.stages.base import inventory_groups
+from orchestrator.stages.sglang_router import SGLangRouterParams, worker_urls
+from scripts.fetch_router_wheels import CACHE, VERSION, have_wheels
+
+#: SGLang's own /metrics lines (0.5.23 metrics_collector.py:364-375: labelled gauges; with
+#: priority scheduling a total under priority="" plus one series per priority: 1417-1429)
+METRICS = """# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0"} 3.0
+sglang:num_queue_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0"} 2.0
+sglang:num_grammar_queue_reqs{model_name="kimi-k2.6"} 7.0
+sglang:gen_throughput{model_name="kimi-k2.6"} 12.5
+"""
+
+
+def _params(**kw: object) -> SGLangRouterParams:
+    base: dict[str, object] = {"python": "/v/bin/python", "state_dir": "/s"}
+    return SGLangRouterParams.model_validate({**base, **kw})
+
+
+def test_launch_arguments() -> None:
+    args = rt.router_args(["http://a:30000", "http://b:30000"], policy="round_robin",
+                          host="0.0.0.0", port=30080, extra_args=["--log-level", "info"])
+    assert args == ["--host", "0.0.0.0", "--port", "30080", "--policy", "round_robin",
+                    "--worker-urls", "http://a:30000", "http://b:30000", "--log-level", "info"]
+
+
+@pytest.mark.skipif(not have_wheels(), reason=f"no sglang-router wheel in {CACHE}: run "
+                    "`make router-wheels`")
+def test_the_real_launcher_parses_our_arguments(tmp_path: Path) -> None:
+    """RouterArgs.add_cli_args/from_cli_args of the real wheel (router_args.py; it imports only
+    the compiled module) read our arguments back as we meant them."""
+    wheel = next(CACHE.glob(f"sglang_router-{VERSION}-*.whl"))
+    zipfile.ZipFile(wheel).extractall(tmp_path)
+    args = rt.router_args(["http://10.0.0.1:30000", "http://10.0.0.2:30000"],
+                          policy="power_of_two", host="127.0.0.1", port=30080)
+    code = ("import argparse, json, sys\n"
+            "from sglang_router.router_args import RouterArgs\n"
+            "p = argparse.ArgumentParser()\n"
+            "RouterArgs.add_cli_args(p, use_router_prefix=False)\n"
+            "a = RouterArgs.from_cli_args(p.parse_args(sys.argv[1:]), use_router_prefix=False)\n"
+            "print(json.dumps([a.worker_urls, a.policy, a.host, a.port]))\n")
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout.splitlines()[-1]) == [
+        ["http://10.0.0.1:30000", "http://10.0.0.2:30000"], "power_of_two", "127.0.0.1", 30080]
+
+
+def test_worker_urls_from_an_inventory_group() -> None:
+    from orchestrator.config.model import GroupSpec, Inventory
+
+    inv = Inventory(hosts={"gpu-1": HostSpec(address="10.0.0.1"), "gpu-2": HostSpec(),
+                           "lb": HostSpec(groups=["router"])},
+                    groups={"replicas": GroupSpec(hosts=["gpu-1", "gpu-2"])})
+    groups = inventory_groups(inv)
+    assert groups == {"replicas": ["gpu-1", "gpu-2"], "router": ["lb"]}
+    p = _params(worker_group="replicas", worker_port=30001, workers=["http://extra:1/"])
+    assert worker_urls(p, groups, dict(inv.hosts)) == {
+        "gpu-1": "http://10.0.0.1:30001", "gpu-2": "http://gpu-2:30001",
+        "http://extra:1": "http://extra:1"}
+    with pytest.raises(StageError, match="not an inventory group"):
+        worker_urls(_params(worker_group="nope"), groups, dict(inv.hosts))
+
+
+def test_parameters_refused() -> None:
+    with pytest.raises(ValidationError, match="policy must be one of"):
+        _params(workers=["http://a:1"], policy="least_load")
+    with pytest.raises(ValidationError, match="worker_group"):
+        _params()
+    assert _params(workers=["http://a:1"], drain_timeout="2m").drain_timeout == 120.0
+
+
+def test_in_flight_from_sglang_metrics() -> None:
+    assert rt.in_flight(METRICS) == 5
+    assert rt.in_flight(METRICS.replace(" 3.0", " 0.0").replace(" 2.0", " 0.0")) == 0
+    assert rt.in_flight("sglang:num_running_reqs 0\nsglang:num_queue_reqs 1\n") == 1
+    assert rt.in_flight("# no such gauges\n") is None
