@@ -177,6 +177,8 @@ CASES: list[Case] = [
          args=["--nnodes", "3"]),
     Case("two-nodes-no-dist-init-addr", _all(("sched-init", "serving.multinode-address")),
          args=["--nnodes", "2"]),
+    Case("tp16-on-one-8-gpu-box", _all(("sched-init", "serving.gpus-per-node")),
+         args=["--tp-size", "16"]),
     Case("pipeline-with-speculation", _all(("start", "serving.pp-with-speculative")),
          args=["--pp-size", "2"]),
     # --- attention backends x compute capability (attention_registry.py; overrides.py)

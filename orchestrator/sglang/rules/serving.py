@@ -89,6 +89,32 @@ def multinode_address(launch: Launch) -> Iterator[str]:
         yield f"node_rank {rank} is outside 0..{nnodes - 1} for nnodes {nnodes}"
 
 
+@rule("serving.gpus-per-node", "sched-init")
+def gpus_per_node(launch: Launch) -> Iterator[str]:
+    """A node runs tp x pp / nnodes ranks on GPUs base_gpu_id + i * gpu_id_step: one past this
+    host's GPUs (TP 16 on one 8-GPU box) fails when its scheduler sets the device ("CUDA error:
+    invalid device ordinal"), before the load; ServerArgs does not check it.
+
+    Ranks per node and GPU ids: entrypoints/engine.py:925-946 (0.5.9), :2045-2075 and :935-939
+    (0.5.23); set_device: model_executor/model_runner.py:734 (0.5.9),
+    distributed/bootstrap.py:133 (0.5.23).
+    """
+    if not launch.gpus:
+        return
+    o = launch.options
+    tp = o.int("--tp-size", "--tensor-parallel-size") or 1
+    pp = o.int("--pp-size", "--pipeline-parallel-size") or 1
+    nnodes = max(1, o.int("--nnodes") or 1)
+    per_node = max(1, tp * pp // nnodes)
+    base, step = o.int("--base-gpu-id") or 0, o.int("--gpu-id-step") or 1
+    last = base + (per_node - 1) * step
+    if last >= len(launch.gpus):
+        yield (f"tp {tp} x pp {pp} over {nnodes} node(s) puts {per_node} ranks on this host "
+               f"(GPUs {base}..{last}), but it has {len(launch.gpus)} GPUs: SGLang stops with "
+               f"'invalid device ordinal'. Set tp to {len(launch.gpus) * nnodes // pp} or less, "
+               "or use more boxes (multi-node: the sglang_server `nodes` list)")
+
+
 @rule("serving.pp-with-speculative", "start")
 def pp_with_speculative(launch: Launch) -> Iterator[str]:
     """Pipeline parallelism with speculative decoding.
