@@ -132,6 +132,17 @@ def test_launch_pin_is_the_same_on_hosts_with_other_base_dirs_and_addresses() ->
     assert "SYS" not in json.dumps(staging)  # env values are hashed, never stored
 
 
+def test_launch_pin_of_a_multinode_rank_keeps_the_port_not_node0s_address() -> None:
+    def rank1(node0: str, port: int) -> list[str]:
+        args = ["--model-path", "/m", "--nnodes", "2", "--node-rank", "1",
+                "--dist-init-addr", f"{node0}:{port}"]
+        return launch_pin(args, {}, {}, "0.5.23")["args"]
+
+    assert rank1("10.0.0.21", 20000) == rank1("10.1.0.21", 20000)
+    assert rank1("10.0.0.21", 20000)[-1] == "<node0>:20000"
+    assert rank1("10.0.0.21", 20000) != rank1("10.0.0.21", 29500)
+
+
 def test_launch_pin_sees_exposure_and_env_values() -> None:
     base = _launch("/srv/a", "127.0.0.1")
     assert _launch("/srv/a", "0.0.0.0")["bind"] == "all"

@@ -112,8 +112,9 @@ def launch_pin(args: list[str], env: Mapping[str, str], paths: Mapping[str, str 
     <draft_model_path>, <state_dir>, <cache_dir>, <python>) and the value of --host replaced by
     "<host>" (each host binds its own address); the reach of that address is kept as "bind"
     (loopback / all / address), so exposing the API on every interface is a difference. --port is
-    kept as it is. env: the variable NAMES and a sha256 over "NAME=value" lines with the same
-    placeholders (values may be secrets: never stored).
+    kept as it is, and so is the port of --dist-init-addr (multi-node), whose address becomes
+    "<node0>" (node 0's address differs per environment). env: the variable NAMES and a sha256
+    over "NAME=value" lines with the same placeholders (values may be secrets: never stored).
     """
     norm = placeholders(paths, args)
     host = None
@@ -124,6 +125,8 @@ def launch_pin(args: list[str], env: Mapping[str, str], paths: Mapping[str, str 
         elif a.startswith("--host="):
             host = a.split("=", 1)[1]
             norm[i] = "--host=<host>"
+        elif a == "--dist-init-addr" and i + 1 < len(args):
+            norm[i + 1] = "<node0>:" + args[i + 1].rpartition(":")[2]
     names = sorted(env)
     values = placeholders(paths, [env[n] for n in names])
     digest = hashlib.sha256("".join(f"{n}={v}\n" for n, v in zip(names, values, strict=True))
