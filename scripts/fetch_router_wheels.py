@@ -30,7 +30,9 @@ def main() -> int:
         print(f"router wheels already in {CACHE}")
         return 0
     CACHE.mkdir(parents=True, exist_ok=True)
+    # short timeout, no retries: a machine without network skips the router tests at once
     r = subprocess.run([sys.executable, "-m", "pip", "download", "--only-binary", ":all:",
+                        "--timeout", "15", "--retries", "0", "--disable-pip-version-check",
                         f"sglang-router=={VERSION}", "-d", str(CACHE)])
     if r.returncode != 0 or not have_wheels():
         print(f"could not download sglang-router=={VERSION}; the router tests will skip",

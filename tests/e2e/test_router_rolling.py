@@ -37,9 +37,9 @@ REPLICAS = ["gpu-1", "gpu-2", "gpu-3"]
 ROUTER = "gpu-4"
 ROUTER_PORT = 30080
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not have_wheels(), reason=f"no sglang-router wheel in {CACHE}: run `make router-wheels` "
-    "(downloads the real wheel from PyPI once)")
+    "(downloads the real wheel from PyPI once)")]
 
 
 class Collector(EventHandler):
@@ -172,8 +172,10 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
         first = Collector()
         t_first = time.monotonic()
         one = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[first])
+        slowest = sorted(first.finished, key=lambda e: -e.duration_s)[:6]
         print(f"first deploy of {len(REPLICAS)} replicas + router: "
-              f"{time.monotonic() - t_first:.1f}s")
+              f"{time.monotonic() - t_first:.1f}s; slowest stages "
+              + ", ".join(f"{e.host}/{e.stage} {e.duration_s:.1f}s" for e in slowest))
         assert one.exit_code == 0, one.summary
         assert one.statuses(ROUTER) == {"router_venv": "changed", "router_packages": "changed",
                                         "router": "changed"}

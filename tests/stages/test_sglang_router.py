@@ -94,3 +94,62 @@ def test_in_flight_from_sglang_metrics() -> None:
     assert rt.in_flight(METRICS.replace(" 3.0", " 0.0").replace(" 2.0", " 0.0")) == 0
     assert rt.in_flight("sglang:num_running_reqs 0\nsglang:num_queue_reqs 1\n") == 1
     assert rt.in_flight("# no such gauges\n") is None
+
+
+PLAYBOOK = """
+name: fleet
+hosts: replicas
+stages:
+  - id: serve
+    run: "true"
+  - id: router
+    hosts: lb
+    uses: sglang_router
+    with: {python: /v/bin/python, worker_group: replicas, state_dir: /s}
+"""
+INVENTORY = """
+hosts:
+  a: {connection: local}
+  b: {connection: local}
+  c: {connection: local}
+  lb: {connection: local}
+groups:
+  replicas: {hosts: [a, b, c]}
+"""
+
+
+def _rolling_runner(tmp_path: Path, playbook: str, n: int) -> object:
+    import orchestrator.stages  # noqa: F401 - registers the kinds
+    from orchestrator.config import load_all
+    from orchestrator.events import EventBus
+    from orchestrator.plan import Selection, build_plan, render_plan
+    from orchestrator.rolling import RollingOptions, RollingRunner
+
+    (tmp_path / "p.yaml").write_text(playbook)
+    (tmp_path / "i.yaml").write_text(INVENTORY)
+    pb, inv = load_all(str(tmp_path / "p.yaml"), str(tmp_path / "i.yaml"), {})
+    rendered = render_plan(build_plan(pb, inv, Selection()))
+    return RollingRunner(rendered, EventBus("test"), rolling=RollingOptions(n))
+
+
+def test_rolling_needs_one_router_and_a_replica_left_serving(tmp_path: Path) -> None:
+    from orchestrator.errors import PlanError
+
+    runner = _rolling_runner(tmp_path, PLAYBOOK, 2)
+    assert runner.replicas == ["a", "b", "c"]  # type: ignore[attr-defined]
+    assert runner.router.urls == {h: f"http://{h}:30000" for h in "abc"}  # type: ignore[attr-defined]
+    with pytest.raises(PlanError, match="all 3 replicas"):
+        _rolling_runner(tmp_path, PLAYBOOK, 3)
+    without = PLAYBOOK.split("  - id: router")[0]
+    with pytest.raises(PlanError, match="exactly one sglang_router"):
+        _rolling_runner(tmp_path, without, 1)
+
+
+def test_cli_rolling_flags() -> None:
+    from orchestrator.cli.main import _rolling, build_parser
+    from orchestrator.rolling import RollingOptions
+
+    parse = build_parser("deploy").parse_args
+    args = parse(["deploy", "p.yaml", "-i", "i.yaml", "--rolling", "--max-unavailable", "2"])
+    assert _rolling(args) == RollingOptions(max_unavailable=2)
+    assert _rolling(parse(["deploy", "p.yaml", "-i", "i.yaml"])) is None
