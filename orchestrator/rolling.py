@@ -15,7 +15,8 @@ batch of at most N replicas (each replica of a batch in its own thread):
   4. run the replica's stages (the plain runner's walk of that host: its server relaunches when
      its launch fingerprint changed, wait_ready proves it ready with its accept length);
   5. put it back: POST /workers {"url"}, wait until the router lists it healthy and a chat
-     completion through the router answers; only then the next batch starts.
+     completion sent through the router reached it (its own finished-requests counter grew);
+     only then the next batch starts.
 
 A failed replica stops the roll: it stays out of the router, the replicas not reached yet keep
 serving untouched (their stages are reported skipped). Each step is a `roll.step` event.
@@ -236,15 +237,30 @@ class RollingRunner(Runner):
                          hint="raise the router stage's drain_timeout")
 
     def _rejoin(self, api: RouterApi, host: str, url: str) -> None:
+        """Back into the router; done once a request through the router reached THIS replica
+        (its finished-requests counter grew), or - without that counter - once the router
+        answers a chat completion."""
         t = time.monotonic()
+        before = api.worker_requests_done(url)
         api.add(url)
         timeout = self.router.stage.params.ready_timeout
         self._wait(lambda: any(w.url == url and w.healthy for w in api.workers() or []),
                    timeout, f"the router did not list {url} healthy after POST /workers")
         self._step(host, "added", url, t)
-        self._wait(lambda: api.chat(self.router.stage.params.chat_model).ok, timeout,
-                   "no chat completion through the router")
-        self._step(host, "serving", "through the router", t)
+        sent = [0]
+
+        def served() -> bool:
+            sent[0] += 1  # another prompt each time: cache_aware would pin one prompt
+            ok = api.chat(self.router.stage.params.chat_model, f"Say OK ({sent[0]}).").ok
+            if before is None:
+                return ok
+            now = api.worker_requests_done(url)
+            return now is not None and now > before
+
+        self._wait(served, timeout, f"no request through the router reached {url}")
+        how = "a request through the router reached it" if before is not None else \
+            "the router serves a chat (the replica has no request counter)"
+        self._step(host, "serving", f"{how} ({sent[0]} sent)", t)
 
     def _wait(self, cond: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

@@ -56,6 +56,10 @@ DEFAULT_HOST, DEFAULT_PORT = "0.0.0.0", 30000
 #: so their sum is zero exactly when every series is; only that zero is relied on
 _GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
                     re.MULTILINE)
+#: the tokenizer's counter of finished requests, one series per is_streaming value (0.5.23
+#: metrics_collector.py:1940-1944, incremented once per request at :2136)
+_REQUESTS = re.compile(r"^sglang:(num_requests_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
+                       re.MULTILINE)
 
 
 def router_args(worker_urls: Iterable[str], *, policy: str, host: str, port: int,
@@ -75,7 +79,16 @@ def norm_url(url: str) -> str:
 
 def in_flight(metrics_text: str) -> int | None:
     """Running + queued requests from SGLang's /metrics text (None when it has no such gauge)."""
-    found = _GAUGE.findall(metrics_text)
+    return _sum(_GAUGE, metrics_text)
+
+
+def requests_done(metrics_text: str) -> int | None:
+    """Requests a worker has finished, from SGLang's /metrics (None without the counter)."""
+    return _sum(_REQUESTS, metrics_text)
+
+
+def _sum(pattern: re.Pattern[str], text: str) -> int | None:
+    found = pattern.findall(text)
     if not found:
         return None
     return int(sum(float(v) for _, v in found))
@@ -157,3 +170,8 @@ class RouterApi:
         """A worker's running + queued requests, read from its own /metrics."""
         r = self.host.fact(HttpAnswer, url=norm_url(url) + "/metrics", timeout=5.0)
         return in_flight(r.body) if r.ok else None
+
+    def worker_requests_done(self, url: str) -> int | None:
+        """How many requests a worker has finished, read from its own /metrics."""
+        r = self.host.fact(HttpAnswer, url=norm_url(url) + "/metrics", timeout=5.0)
+        return requests_done(r.body) if r.ok else None

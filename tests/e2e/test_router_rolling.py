@@ -209,6 +209,8 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
         order = [h for h, s in steps if s in ("removed", "serving")]
         assert order == [h for h in REPLICAS for _ in range(2)], order
         assert {e.detail for e in seen.roll if e.step == "drained"} == {"0 requests in flight"}
+        assert all(e.detail and e.detail.startswith("a request through the router reached it")
+                   for e in seen.roll if e.step == "serving")
 
         _failed_roll_stops_and_the_others_serve(inventory, router_url, tmp_path)
     finally:

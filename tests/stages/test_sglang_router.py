@@ -96,6 +96,13 @@ def test_in_flight_from_sglang_metrics() -> None:
     assert rt.in_flight("# no such gauges\n") is None
 
 
+def test_requests_done_from_sglang_metrics() -> None:
+    text = ('sglang:num_requests_total{model_name="m",is_streaming="false"} 7.0\n'
+            'sglang:num_requests_total{model_name="m",is_streaming="true"} 2.0\n')
+    assert rt.requests_done(METRICS + text) == 9
+    assert rt.requests_done(METRICS) is None
+
+
 PLAYBOOK = """
 name: fleet
 hosts: replicas
