@@ -17,13 +17,19 @@
 
 check: converged when the router recorded in `state_dir` is alive (not a recycled pid) with the
 same FINGERPRINT (launch arguments - worker URLs and policy included -, environment, the venv's
-sglang-router version) and answers /health. apply: stops the previous router (SIGTERM to its
-process group, SIGKILL after `stop_timeout`) and starts `python -m sglang_router.launch_router
---host H --port P --policy X --worker-urls URL...` under the same supervisor as the SGLang
-server (orchestrator/remote/supervisor.py through the `server_start` action). verify, bounded
-by `ready_timeout`: the router's /health answers, GET /workers lists every worker URL healthy,
-then a chat completion through the router answers 200 (a dead router fails at once, with its log).
-What the router does is read from its real code: orchestrator/sglang/router.py.
+sglang-router version) and answers /health. Before a launch the installed router's own argument
+parsing and validation run in its venv (orchestrator/remote/router_check.py), so a launch it
+would refuse fails the stage while the old router still serves.
+
+apply: stops the previous router (SIGTERM to its process group, SIGKILL after `stop_timeout`)
+and starts `python -m sglang_router.launch_router --host H --port P --policy X --worker-urls
+URL...` under the same supervisor as the SGLang server (orchestrator/remote/supervisor.py,
+through the `server_start` action).
+
+verify, bounded by `ready_timeout`: the router's /health answers, GET /workers lists every
+worker URL healthy, then a chat completion through the router answers 200; a router that exited
+fails at once, with its log. What the router does is read from its real code (cited in
+orchestrator/sglang/router.py).
 """
 
 from __future__ import annotations
@@ -38,14 +44,19 @@ from pydantic import Field, field_validator, model_validator
 
 from orchestrator.config.model import parse_duration
 from orchestrator.errors import StageError
+from orchestrator.facts.programs import marked_result
 from orchestrator.facts.pyenv import VenvInventory, venv_of
 from orchestrator.facts.server import ServerStart, ServerStatus
 from orchestrator.host import Host
+from orchestrator.remote import source
 from orchestrator.sglang import router as rt
 from orchestrator.sglang import server_change as change
 from orchestrator.sglang import server_rules as rules
 from orchestrator.sglang.layout import ServerLayout, local_url
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+
+#: the installed router's own argument check, run by the venv's python (a real module, shipped)
+_CHECK_SCRIPT = source("router_check")
 
 
 class SGLangRouterParams(Params):
@@ -68,6 +79,8 @@ class SGLangRouterParams(Params):
     stop_timeout: float = Field(30.0, description="SIGTERM grace before SIGKILL")
     drain_timeout: float = Field(300.0, description="deploy --rolling: longest wait for a "
                                  "replica's in-flight requests after it left the router")
+    native_check: bool = Field(True, description="run the installed router's own argument "
+                               "parsing before a launch (before the old router is stopped)")
     #: server_change's helpers read these (the router never takes a foreign port over)
     stop_stale: bool = False
 
@@ -160,7 +173,29 @@ class SGLangRouter(Stage, kind="sglang_router"):
         verdict = rules.server_verdict(status, fp, port=p.port, restart_after=p.ready_timeout)
         if verdict.converged:
             return Converged(verdict.reason.replace("wait_ready", "verify"))
-        return Needed(verdict.reason, plan=(status, args, fp))
+        reason = verdict.reason
+        if not p.native_check or fp["parts"]["sglang_router"] is None:
+            reason += "; the router's own argument check deferred (sglang-router not installed yet)"
+        else:
+            self._native_check(host, args)
+        return Needed(reason, plan=(status, args, fp))
+
+    def _native_check(self, host: Host, args: list[str]) -> None:
+        """The installed router's own parser and validation refuse a bad launch BEFORE the
+        running router is stopped (orchestrator/remote/router_check.py)."""
+        p = self.params
+        r = host.run_argv([p.python, "-c", _CHECK_SCRIPT, json.dumps(args)], timeout=120)
+        try:
+            got = marked_result(r.stdout)
+        except ValueError:
+            got = None
+        if not isinstance(got, dict):
+            raise StageError(f"the router's own argument check gave no answer: {r.tail(3)}")
+        if got.get("available") and not got.get("ok"):
+            raise StageError(f"sglang-router refuses the launch ({got.get('kind')}): "
+                             f"{got.get('message')}",
+                             hint="fix the router stage's parameters (extra_args, policy); "
+                             "the running router was left as it is")
 
     def apply(self, host: Host, ctx: StageContext, plan: Any = None) -> None:
         """Stop the previous router, write the launch files, start the supervisor."""

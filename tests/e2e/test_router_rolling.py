@@ -24,6 +24,7 @@ import yaml
 
 from orchestrator.deploy import deploy
 from orchestrator.events import EventHandler, ReplicaRoll, StageFinished
+from orchestrator.plan import Selection
 from orchestrator.rolling import RollingOptions
 from orchestrator.sim.fleet import SimFleet
 from scripts.fetch_router_wheels import CACHE, have_wheels
@@ -161,6 +162,15 @@ def _failed_roll_stops_and_the_others_serve(inventory: Path, router_url: str,
           f"steps {[(e.host, e.step, e.duration_s) for e in again.roll]}")
     assert back.exit_code == 0, back.summary
     assert ("gpu-1", "serving") in [(e.host, e.step) for e in again.roll]
+    assert len(_router_workers(router_url)) == 3
+
+    # a launch the installed router's own parser refuses fails in check: the router keeps serving
+    refused = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", selection=Selection(
+        only=["router"]), cli_vars={**_changed_launch(), "router_extra_args": ["--no-such"]})
+    assert refused.exit_code == 1
+    error = refused.summary["hosts"][ROUTER]["stages"]["router"]["error"]
+    assert "sglang-router refuses the launch (argparse)" in error, error
+    assert "unrecognized arguments: --no-such" in error
     assert len(_router_workers(router_url)) == 3
 
 

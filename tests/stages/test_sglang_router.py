@@ -43,26 +43,31 @@ def test_launch_arguments() -> None:
                     "--worker-urls", "http://a:30000", "http://b:30000", "--log-level", "info"]
 
 
+def _router_check(cwd: Path, args: list[str]) -> dict[str, object]:
+    from orchestrator.remote import source
+
+    r = subprocess.run([sys.executable, "-c", source("router_check"), json.dumps(args)],
+                       cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.splitlines()[-1].removeprefix("ORCH_RESULT "))
+
+
 @pytest.mark.skipif(not have_wheels(), reason=f"no sglang-router wheel in {CACHE}: run "
                     "`make router-wheels`")
-def test_the_real_launcher_parses_our_arguments(tmp_path: Path) -> None:
-    """RouterArgs.add_cli_args/from_cli_args of the real wheel (router_args.py; it imports only
-    the compiled module) read our arguments back as we meant them."""
+def test_the_real_router_checks_our_arguments(tmp_path: Path) -> None:
+    """remote/router_check.py runs the real wheel's RouterArgs parsing and validation (it imports
+    only the compiled module): our arguments read back as meant, a bad one is refused."""
     wheel = next(CACHE.glob(f"sglang_router-{VERSION}-*.whl"))
-    zipfile.ZipFile(wheel).extractall(tmp_path)
+    zipfile.ZipFile(wheel).extractall(tmp_path / "w")
     args = rt.router_args(["http://10.0.0.1:30000", "http://10.0.0.2:30000"],
                           policy="power_of_two", host="127.0.0.1", port=30080)
-    code = ("import argparse, json, sys\n"
-            "from sglang_router.router_args import RouterArgs\n"
-            "p = argparse.ArgumentParser()\n"
-            "RouterArgs.add_cli_args(p, use_router_prefix=False)\n"
-            "a = RouterArgs.from_cli_args(p.parse_args(sys.argv[1:]), use_router_prefix=False)\n"
-            "print(json.dumps([a.worker_urls, a.policy, a.host, a.port]))\n")
-    r = subprocess.run([sys.executable, "-c", code, *args], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads(r.stdout.splitlines()[-1]) == [
-        ["http://10.0.0.1:30000", "http://10.0.0.2:30000"], "power_of_two", "127.0.0.1", 30080]
+    assert _router_check(tmp_path / "w", args) == {"available": True, "ok": True, "fields": {
+        "worker_urls": ["http://10.0.0.1:30000", "http://10.0.0.2:30000"],
+        "policy": "power_of_two", "host": "127.0.0.1", "port": 30080}}
+    bad = _router_check(tmp_path / "w", [*args, "--no-such-flag"])
+    assert bad["ok"] is False and bad["kind"] == "argparse"
+    assert "unrecognized arguments: --no-such-flag" in str(bad["message"])
+    assert _router_check(tmp_path, args)["available"] is False  # no sglang_router here
 
 
 def test_worker_urls_from_an_inventory_group() -> None:
