@@ -15,9 +15,14 @@ converge     converge(stage, host, ctx) -> ("ok" | "changed", reason): what the 
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pip
 import pytest
 import structlog
 
@@ -104,3 +109,14 @@ def commands(local_host: Host) -> list[Result]:
     local_host._observer = seen.append
     return seen
 
+
+def fast_venv(path: Path) -> Path:
+    """A real venv with pip, made in well under a second: --without-pip + a copy of our pip."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+                   timeout=60)
+    site = next((path / "lib").glob("python3*/site-packages"))
+    src = Path(pip.__file__).parent
+    shutil.copytree(src, site / "pip", ignore=shutil.ignore_patterns("__pycache__"))
+    for info in src.parent.glob(f"pip-{pip.__version__}.dist-info"):
+        shutil.copytree(info, site / info.name)
+    return path / "bin" / "python"

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import pip
 import pydantic
 import pytest
 
@@ -16,22 +13,11 @@ from orchestrator.errors import CommandFailed, StageError
 from orchestrator.stages.base import Converged, Needed
 from orchestrator.stages.pip_install import PipInstallStage, mask_url
 from tests.sim.conftest_index import clean_env
+from tests.stages.conftest import fast_venv
 
 PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "NO_PROXY": "127.0.0.1,localhost",
            "PIP_NO_CACHE_DIR": "1"}
 CANARY = "s3cr3t-canary-pw"
-
-
-def fast_venv(path: Path) -> Path:
-    """A real venv with pip, made in well under a second: --without-pip + a copy of our pip."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
-                   timeout=60)
-    site = next((path / "lib").glob("python3*/site-packages"))
-    src = Path(pip.__file__).parent
-    shutil.copytree(src, site / "pip", ignore=shutil.ignore_patterns("__pycache__"))
-    for info in src.parent.glob(f"pip-{pip.__version__}.dist-info"):
-        shutil.copytree(info, site / info.name)
-    return path / "bin" / "python"
 
 
 def installed(python: Path, dist: str) -> str | None:
