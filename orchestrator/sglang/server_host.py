@@ -72,11 +72,24 @@ def group_broken(host: Host, group: NodeGroup | None) -> str | None:
             f"its dist-init port ({reach.reach}): the whole group restarts")
 
 
-def check_group(host: Host, group: NodeGroup, report: Report) -> None:
+def check_group(host: Host, ctx: StageContext, group: NodeGroup, report: Report,
+                wait: float = 0.0, probe_timeout: float = 3.0) -> None:
     """Refuse (in the preflight report) a launch that cannot form its group: node 0's
-    dist-init address unreachable from this node, or not node 0's own."""
-    reach = group_reach(host, group)
-    problem = reach_problem(group, reach.reach, reach.local, reach.error)
+    dist-init address unreachable from this node, or not node 0's own.
+
+    A node rank >= 1 that gets no answer (timeout, unreachable: node 0's box may be rebooting)
+    asks again every few seconds for up to `wait` seconds (not in a dry run) before refusing.
+    """
+    deadline = time.monotonic() + (0.0 if ctx.dry_run else wait)
+    while True:
+        reach = group_reach(host, group, probe_timeout)
+        problem = reach_problem(group, reach.reach, reach.local, reach.error)
+        retry = reach.reach in ("timeout", "unreachable") and time.monotonic() < deadline
+        if problem is None or not retry:
+            break
+        ctx.progress(f"node 0's dist-init address {group.dist_init_addr} does not answer "
+                     f"({reach.reach}); asking again for {deadline - time.monotonic():.0f}s")
+        ctx.sleep(min(2.0, max(0.1, deadline - time.monotonic())))
     if problem is not None:
         report.refuse("multinode.dist-init-unreachable", "sched-init", problem)
 

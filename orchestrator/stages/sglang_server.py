@@ -142,6 +142,9 @@ class SGLangServerParams(Params):
                                 description="port of node 0's torch.distributed store")
     dist_timeout: int | None = Field(None, ge=1, description="--dist-timeout seconds (SGLang: "
                                      "torch's 30 minutes when unset)")
+    dist_init_wait: float = Field(300.0, description="how long a node rank >= 1 waits for node "
+                                  "0's dist-init address to answer (its box may be rebooting) "
+                                  "before the launch is refused")
     env: dict[str, str] = Field(default_factory=dict, description="server environment, e.g. "
                                 "NCCL_P2P_LEVEL, NCCL_GRAPH_FILE")
     cache_dir: str | None = Field(None, description="persistent JIT caches (Triton, inductor, "
@@ -163,7 +166,7 @@ class SGLangServerParams(Params):
         "start is restarted")
 
     @field_validator("check_timeout", "stop_timeout", "verify_window", "restart_unhealthy_after",
-                     mode="before")
+                     "dist_init_wait", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> float:
         return _duration(v)
@@ -322,7 +325,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         p = self.params
         report = facts.preflight(host, ctx, p, desired, venv, gpu, mode)
         if desired.group is not None:
-            facts.check_group(host, desired.group, report)
+            facts.check_group(host, ctx, desired.group, report, p.dist_init_wait)
         if report.problems and p.preflight == "enforce":
             report.raise_if_problems()
         for prob in report.problems:
