@@ -41,7 +41,8 @@ returns at once: readiness is `wait_ready`'s job. verify: the process is still a
 Multi-node TP (orchestrator/sglang/multinode.py): with `nodes: "{{ groups.gpu }}"` (two or more
 inventory hosts, node 0 first) every node gets `--nnodes N --node-rank R --dist-init-addr
 NODE0:dist_init_port` (or `dist_init_addr`). Before a launch, node 0 must own that address and
-every other node must reach it (probe `tcp_port`, refused in the preflight otherwise). A running
+every other node must reach it (probe `tcp_port`; no answer is asked again for up to
+`dist_init_wait`; refused in the preflight otherwise). A running
 node rank >= 1 whose node 0 no longer listens there is launched again: one rank dying ends the
 group in real SGLang, so after either box reboots the whole group restarts.
 
