@@ -165,3 +165,11 @@ def test_cli_rolling_flags() -> None:
     args = parse(["deploy", "p.yaml", "-i", "i.yaml", "--rolling", "--max-unavailable", "2"])
     assert _rolling(args) == RollingOptions(max_unavailable=2)
     assert _rolling(parse(["deploy", "p.yaml", "-i", "i.yaml"])) is None
+
+
+def test_router_check_imported_without_the_router() -> None:
+    """The host program, imported: where sglang_router does not import, it says so as data."""
+    from orchestrator.remote import router_check
+
+    verdict = router_check.check(["--policy", "round_robin"])
+    assert verdict["available"] is False and verdict["kind"] == "ModuleNotFoundError"
