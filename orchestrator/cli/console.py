@@ -29,6 +29,7 @@ from orchestrator.events import (
     HostUnreachable,
     HostWaiting,
     Record,
+    ReplicaRoll,
     RunFinished,
     RunInterrupted,
     RunStarted,
@@ -154,6 +155,13 @@ class ConsoleView(EventHandler):
     @_locked
     def on_host_finished(self, e: HostFinished) -> None:
         self._line(e.host).state = e.status
+
+    @_locked
+    def on_replica_roll(self, e: ReplicaRoll) -> None:
+        took = f" ({e.duration_s:.1f}s)" if e.duration_s is not None else ""
+        detail = f": {e.detail}" if e.detail else ""
+        self._print(f"[{e.host}] rolling: {e.step}{detail}{took}",
+                    style="bold red" if e.step == "failed" else "cyan")
 
     # -- stages ------------------------------------------------------------------------------
 

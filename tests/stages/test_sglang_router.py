@@ -173,3 +173,19 @@ def test_router_check_imported_without_the_router() -> None:
 
     verdict = router_check.check(["--policy", "round_robin"])
     assert verdict["available"] is False and verdict["kind"] == "ModuleNotFoundError"
+
+
+def test_console_shows_roll_steps() -> None:
+    import io
+
+    from orchestrator.cli.console import ConsoleView
+    from orchestrator.events import ReplicaRoll
+
+    out = io.StringIO()
+    view = ConsoleView(stream=out, live=False)
+    view.on_replica_roll(ReplicaRoll(host="gpu-1", step="drained",
+                                     detail="0 requests in flight", duration_s=0.21))
+    view.on_replica_roll(ReplicaRoll(host="gpu-2", step="failed", detail="its stages failed"))
+    view.close()
+    assert "[gpu-1] rolling: drained: 0 requests in flight (0.2s)" in out.getvalue()
+    assert "[gpu-2] rolling: failed: its stages failed" in out.getvalue()
