@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from orchestrator.facts.base import fact
+from orchestrator.facts.pip import InstalledDistributions
 
 #: environment that changes what an interpreter imports: with any of these set, only the
 #: interpreter itself can say what it has (the files of its venv are not the whole story)
@@ -124,13 +125,10 @@ class VenvInventory:
     def from_answer(cls, answer: Any) -> VenvInventory:
         """Parse venv_inventory's dict (venv_state's keys and its own)."""
         a = answer if isinstance(answer, dict) else {}
-        versions, env = a.get("versions"), a.get("env")
+        dists = InstalledDistributions.from_answer(a)  # the same {"versions", "env"} shape
         return cls(state=VenvState.from_answer(a), version=_s(a.get("version")),
                    python_ok=a.get("python_ok") is True, pip=_s(a.get("pip")),
-                   versions={str(k): _s(v) for k, v in versions.items()}
-                   if isinstance(versions, dict) else None,
-                   env={str(k): str(v) for k, v in env.items()}
-                   if isinstance(env, dict) and isinstance(versions, dict) else None)
+                   versions=dists.versions, env=dists.env)
 
     @property
     def settled(self) -> bool:
