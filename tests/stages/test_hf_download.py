@@ -186,13 +186,18 @@ def test_gated_repo_needs_the_token_which_never_leaks(hub, hub_data, tmp_path, l
     assert all(TOKEN not in text for text in seen)
 
 
-def test_corrupted_files(hub, hub_data, tmp_path, local_host, stage_ctx, converge):
+def downloaded(hub, hub_data, tmp_path, local_host, stage_ctx, converge):
+    """The drafter downloaded and verified at its pinned commit: (stage, folder, files)."""
     data, heads = hub_data
     commit = heads[EAGLE3_REPO]
     stage = make(hub, tmp_path, revision=commit)
     assert converge(stage, local_host, stage_ctx())[0] == "changed"
-    local = tmp_path / "drafter"
-    expected = hub_files(data, EAGLE3_REPO, commit)
+    return stage, tmp_path / "drafter", hub_files(data, EAGLE3_REPO, commit)
+
+
+def test_corrupted_files(hub, hub_data, tmp_path, local_host, stage_ctx, converge):
+    stage, local, expected = downloaded(hub, hub_data, tmp_path, local_host, stage_ctx,
+                                        converge)
     weights = local / "model.safetensors"
     size = weights.stat().st_size
 
@@ -327,12 +332,8 @@ def test_agent_resolves_branches_as_huggingface_hub_does(hub, hub_data) -> None:
 def test_truncated_and_deleted_files_are_named_and_fetched_again(hub, hub_data, tmp_path,
                                                                  local_host, stage_ctx, converge,
                                                                  commands):
-    data, heads = hub_data
-    commit = heads[EAGLE3_REPO]
-    stage = make(hub, tmp_path, revision=commit)
-    assert converge(stage, local_host, stage_ctx())[0] == "changed"
-    local = tmp_path / "drafter"
-    expected = hub_files(data, EAGLE3_REPO, commit)
+    stage, local, expected = downloaded(hub, hub_data, tmp_path, local_host, stage_ctx,
+                                        converge)
     size = (local / "model.safetensors").stat().st_size
     before = len(commands)
     assert isinstance(stage.check(local_host, stage_ctx()), Converged)
