@@ -11,9 +11,14 @@
   5. verify with `orchestrator status` and print the recovery time (SSH back -> ready), the
      total time of the recovery deploy, and which stages changed and which were already ok.
 
+With `--nodes 2` the drill runs playbooks/kimi-k2.6-eagle3-2node.yaml over two boxes (TP 16:
+node 0 = gpu-1 serves the API, node 1 = gpu-2 a dummy /health) and reboots `--reboot` (gpu-1 by
+default): the other box's rank ends with it, and the recovery deploy launches both again.
+
 The simulated box is always stopped at the end. Exit 0 when the recovery reached ready, else 1.
 
     .venv/bin/python scripts/drill.py [--dir .sim/drill] [--down-seconds 5] [--time-scale 0.005]
+                                      [--nodes 2 [--reboot gpu-2]]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = REPO / "playbooks" / "kimi-k2.6-eagle3.yaml"
+PLAYBOOK_2NODE = REPO / "playbooks" / "kimi-k2.6-eagle3-2node.yaml"
 BROKEN_BY_REBOOT = ("health", "server", "ready")
 
 
@@ -162,30 +168,37 @@ def main(argv: list[str] | None = None) -> int:
                    help="how long the box stays down (SSH refused) after the reboot")
     p.add_argument("--wait-for-host", default="5m",
                    help="the recovery deploy's --wait-for-host (default 5m)")
+    p.add_argument("--nodes", type=int, choices=(1, 2), default=1,
+                   help="2: one model over two boxes (multi-node TP 16)")
+    p.add_argument("--reboot", default="gpu-1", help="the box to power-cycle (default gpu-1)")
     args = p.parse_args(argv)
+    if args.reboot not in [f"gpu-{i + 1}" for i in range(args.nodes)]:
+        p.error(f"--reboot {args.reboot}: the drill has gpu-1..gpu-{args.nodes}")
+    playbook = PLAYBOOK_2NODE if args.nodes > 1 else PLAYBOOK
 
     sys.path.insert(0, str(REPO))
     from orchestrator.sim.fleet import SimFleet
 
     simdir = Path(args.dir).resolve()
-    host = "gpu-1"
+    host = args.reboot
     SimFleet(simdir).down()  # a leftover from an interrupted drill
     shutil.rmtree(simdir, ignore_errors=True)
     runs = simdir / "runs"
     t_start = time.monotonic()
     banner(f"start a simulated box in {simdir} (time scale {args.time_scale})")
-    fleet = SimFleet.up(simdir, hosts=1, time_scale=args.time_scale)
+    fleet = SimFleet.up(simdir, hosts=args.nodes, time_scale=args.time_scale)
     watch: SSHWatch | None = None
     try:
         inventory = str(fleet.inventory_path)
-        deploy = ["deploy", str(PLAYBOOK), "-i", inventory, "--run-dir", str(runs)]
-        as_found = subprocess.run([sys.executable, str(REPO / "scripts" / "sim_as_found.py"),
-                                   str(simdir), host], cwd=str(REPO))
-        if as_found.returncode != 0:
+        deploy = ["deploy", str(playbook), "-i", inventory, "--run-dir", str(runs)]
+        as_found = max(subprocess.run([sys.executable, str(REPO / "scripts" / "sim_as_found.py"),
+                                       str(simdir), f"gpu-{i + 1}"], cwd=str(REPO)).returncode
+                       for i in range(args.nodes))
+        if as_found != 0:
             print("drill: could not prepare the simulated box", file=sys.stderr)
             return 1
 
-        banner(f"deploy {PLAYBOOK.relative_to(REPO)}")
+        banner(f"deploy {playbook.relative_to(REPO)}")
         first = orchestrator(*deploy)
         if first.returncode != 0:
             print(f"drill: the first deploy failed (exit {first.returncode}); no drill",
@@ -217,12 +230,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row.get('speculative_algorithm')} accept length {row.get('accept_length')}")
         if status.returncode != 0:
             print(status.stderr.strip(), file=sys.stderr)
-        serving = any(r.get("host") == host and r.get("ready") for r in rows)
+        serving = any(r.get("host") == "gpu-1" and r.get("ready") for r in rows)  # node 0
 
         ready, lines = recovery_report(run_dir, host, reboot_at, watch.back_at, wall)
         banner(f"recovery drill: {host}")
         for line in lines:
             print(line)
+        others = json.loads((run_dir / "summary.json").read_text())["hosts"]
+        for name in sorted(set(others) - {host}):  # multi-node: the rank that ended with it
+            st = {k: v.get("status") for k, v in others[name]["stages"].items()}
+            print(f"{name}:            server {st.get('server')}, ready {st.get('ready')}")
         print(f"run record:       {run_dir}/summary.json")
         ok = second.returncode == 0 and ready and serving
         print(f"drill {'PASSED' if ok else 'FAILED'}: the recovery "
