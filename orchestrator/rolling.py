@@ -141,7 +141,14 @@ class RollingRunner(Runner):
         batches = [replicas[i:i + n] for i in range(0, len(replicas), n)]
         spec = self.plan.inventory.hosts[self.router.host]
         transport = self.factory(spec, on_wait=None)
-        transport.connect(budget=spec.connect_budget)
+        try:
+            transport.connect(budget=spec.connect_budget)
+        except OrchestratorError as exc:
+            with self._lock:
+                self.outcome.unreachable.add(self.router.host)
+            self._skip_all(replicas, "the router's host cannot be reached: "
+                           + exc.render().splitlines()[0])
+            return
         try:
             # the agent multiplexes: the batch's threads share this one connection
             router_host = Host(spec, transport, dict(spec.vars), cancelled=self._cancel)

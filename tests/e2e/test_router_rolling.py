@@ -133,7 +133,8 @@ def _router_workers(router_url: str) -> dict[str, bool]:
 def _failed_roll_stops_and_the_others_serve(inventory: Path, router_url: str,
                                             tmp_path: Path) -> None:
     """A launch the preflight refuses: the first replica fails, stays out of the router, the
-    roll stops and the two others keep serving (no request lost); a good roll brings it back."""
+    roll stops and the two others keep serving (no request lost); a good roll, two replicas at a
+    time, brings it back."""
     bad = _changed_launch()
     bad["launch"]["extra_args"] = ["--no-such-flag"]
     seen = Collector()
@@ -157,11 +158,15 @@ def _failed_roll_stops_and_the_others_serve(inventory: Path, router_url: str,
     again = Collector()
     t0 = time.monotonic()
     back = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", handlers=[again],
-                  cli_vars=_changed_launch(), rolling=RollingOptions())
+                  cli_vars=_changed_launch(), rolling=RollingOptions(max_unavailable=2))
     print(f"recovery roll: {time.monotonic() - t0:.1f}s; "
           f"steps {[(e.host, e.step, e.duration_s) for e in again.roll]}")
     assert back.exit_code == 0, back.summary
-    assert ("gpu-1", "serving") in [(e.host, e.step) for e in again.roll]
+    steps = [(e.host, e.step) for e in again.roll]
+    assert {h for h, st in steps if st == "serving"} == set(REPLICAS)
+    # --max-unavailable 2: gpu-1 and gpu-2 together, gpu-3 only once both serve again
+    assert steps.index(("gpu-3", "removed")) > max(steps.index(("gpu-1", "serving")),
+                                                   steps.index(("gpu-2", "serving")))
     assert len(_router_workers(router_url)) == 3
 
     # a launch the installed router's own parser refuses fails in check: the router keeps serving
