@@ -189,3 +189,52 @@ def test_console_shows_roll_steps() -> None:
     view.close()
     assert "[gpu-1] rolling: drained: 0 requests in flight (0.2s)" in out.getvalue()
     assert "[gpu-2] rolling: failed: its stages failed" in out.getvalue()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_router_that_exits_at_once_fails_verify_with_its_log(
+        local_host: object, stage_ctx: object, converge: object, tmp_path: Path) -> None:
+    """The launcher dies at start (here: no sglang_router in that venv): verify says so with
+    the log's last lines, not after ready_timeout."""
+    from orchestrator.stages.sglang_router import SGLangRouter
+
+    stage = SGLangRouter(_params(python=sys.executable, workers=["http://127.0.0.1:9"],
+                                 port=_free_port(), state_dir=str(tmp_path / "router"),
+                                 ready_timeout=60))
+    ctx = stage_ctx("router", kind="sglang_router")  # type: ignore[operator]
+    with pytest.raises(StageError, match="the router exited") as err:
+        converge(stage, local_host, ctx)  # type: ignore[operator]
+    assert "No module named 'sglang_router'" in str(err.value)
+
+
+def test_a_foreign_process_on_the_port_is_refused(
+        local_host: object, stage_ctx: object, tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    from orchestrator.stages.sglang_router import SGLangRouter
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+
+        def hang_up() -> None:  # answer the /health probe at once, with a closed connection
+            while True:
+                try:
+                    s.accept()[0].close()
+                except OSError:
+                    return
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        stage = SGLangRouter(_params(workers=["http://127.0.0.1:9"], port=s.getsockname()[1],
+                                     state_dir=str(tmp_path / "router")))
+        ctx = stage_ctx("router", kind="sglang_router")  # type: ignore[operator]
+        with pytest.raises(StageError, match="a process not started by us"):
+            stage.check(local_host, ctx)  # type: ignore[arg-type]
