@@ -19,7 +19,9 @@ check: converged when the router recorded in `state_dir` is alive (not a recycle
 same FINGERPRINT (launch arguments - worker URLs and policy included -, environment, the venv's
 sglang-router version) and answers /health. Before a launch the installed router's own argument
 parsing and validation run in its venv (orchestrator/remote/router_check.py), so a launch it
-would refuse fails the stage while the old router still serves.
+would refuse fails the stage while the old router still serves. Lock file fact "lock":
+{sglang_router_version, policy, extra_args, bind}; under `deploy --locked` a router that would
+differ is refused in check (worker URLs are per environment and not locked).
 
 apply: stops the previous router (SIGTERM to its process group, SIGKILL after `stop_timeout`)
 and starts `python -m sglang_router.launch_router --host H --port P --policy X --worker-urls
@@ -53,6 +55,7 @@ from orchestrator.sglang import router as rt
 from orchestrator.sglang import server_change as change
 from orchestrator.sglang import server_rules as rules
 from orchestrator.sglang.layout import ServerLayout, local_url
+from orchestrator.stages._pinning import bind_scope, differs, missing_entry
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 
 #: the installed router's own argument check, run by the venv's python (a real module, shipped)
@@ -165,6 +168,13 @@ class SGLangRouter(Stage, kind="sglang_router"):
         p = self.params
         args, fp = self._desired(host, ctx)
         ctx.record("workers", list(self.urls(ctx).values()))
+        entry = {"sglang_router_version": fp["parts"]["sglang_router"], "policy": p.policy,
+                 "extra_args": list(p.extra_args), "bind": bind_scope(p.host)}
+        ctx.record("lock", entry)
+        if ctx.locked is not None:
+            drift = self._check_locked(ctx, entry)
+            if drift is not None:
+                return drift
         status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
         if status.foreign_listener is not None:
             who = rules.describe_foreign(status.foreign_listener)
@@ -179,6 +189,19 @@ class SGLangRouter(Stage, kind="sglang_router"):
         else:
             self._native_check(host, args)
         return Needed(reason, plan=(status, args, fp))
+
+    @staticmethod
+    def _check_locked(ctx: StageContext, entry: dict[str, Any]) -> Needed | None:
+        """`deploy --locked`: the router's version, policy, extra arguments and bind scope must
+        be the locked ones (worker URLs are per environment, so not locked)."""
+        verdict = missing_entry(ctx)
+        if verdict is not None:
+            return verdict
+        locked = ctx.locked or {}
+        for key, value in entry.items():  # a version not installed yet: its stage installs it
+            if value is not None and key in locked and locked[key] != value:
+                return differs(ctx, key, value, locked[key])
+        return None
 
     def _native_check(self, host: Host, args: list[str]) -> None:
         """The installed router's own parser and validation refuse a bad launch BEFORE the
