@@ -192,8 +192,30 @@ def socket_owners(inodes, candidates=None) -> dict:
     return found
 
 
+def _tree(pid) -> list:
+    """PID and its descendants, from /proc/PID/task/*/children (no scan of every process)."""
+    out, todo = [], [int(pid)] if pid else []
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            raw = read_bytes(f"/proc/{p}/task/{tid}/children") or b""
+            todo.extend(int(c) for c in raw.split() if c.isdigit() and int(c) not in out)
+    return out
+
+
 def _group_pids(pgid) -> list:
-    return [pid for pid, _ in live_in_group(int(pgid))] if pgid else []
+    """Our server's processes to look at first: the group leader's process tree (the group's
+    leader is the supervisor's child, pid == pgid); its other members only if that fails."""
+    if not pgid:
+        return []
+    tree = _tree(pgid)
+    return tree if len(tree) > 1 or os.path.exists(f"/proc/{int(pgid)}") else [
+        pid for pid, _ in live_in_group(int(pgid))]
 
 
 def port_listener(host, port, ours_pgid=None) -> dict | None:
