@@ -258,13 +258,45 @@ def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + ln for ln in text.splitlines())
 
 
-def summary_table(record: dict[str, Any]) -> Table:
-    """Host x stage table of statuses and durations, from summary.json data."""
+#: more hosts than this: the closing table counts statuses per stage instead of a column per host
+WIDE = 6
+
+
+def _stage_ids(record: dict[str, Any]) -> list[str]:
     stages: list[str] = []
     for h in record["hosts"].values():
         for s in h["stages"]:
             if s not in stages:
                 stages.append(s)
+    return stages
+
+
+def fleet_table(record: dict[str, Any]) -> Table:
+    """Stage x status counts, with the hosts that are not ok named (for many hosts)."""
+    stages, hosts = _stage_ids(record), record["hosts"]
+    statuses = sorted({st.get("status", "?") for h in hosts.values()
+                       for st in h["stages"].values()})
+    table = Table(show_lines=False, title=f"{len(hosts)} hosts")
+    table.add_column("stage")
+    for status in statuses:
+        table.add_column(status, justify="right", style=STYLE.get(status, ""))
+    table.add_column("not ok (host: status)")
+    for s in stages:
+        got = {name: h["stages"][s].get("status", "?") for name, h in hosts.items()
+               if s in h["stages"]}
+        odd = [f"{n}: {st}" for n, st in got.items() if st not in ("ok", "changed")]
+        shown = ", ".join(odd[:6]) + (f" and {len(odd) - 6} more" if len(odd) > 6 else "")
+        table.add_row(s, *[str(sum(1 for v in got.values() if v == status))
+                           for status in statuses], shown)
+    return table
+
+
+def summary_table(record: dict[str, Any]) -> Table:
+    """Host x stage table of statuses and durations, from summary.json data (for more than
+    WIDE hosts: `fleet_table`)."""
+    if len(record["hosts"]) > WIDE:
+        return fleet_table(record)
+    stages = _stage_ids(record)
     table = Table(show_lines=False)
     table.add_column("stage")
     for host in record["hosts"]:
@@ -292,21 +324,41 @@ HIGHLIGHTS: dict[str, str] = {
 }
 
 
+def _host_highlights(h: dict[str, Any]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for facts in h.get("facts", {}).values():
+        if isinstance(facts, dict):
+            for key in HIGHLIGHTS:
+                if facts.get(key) is not None:
+                    found.setdefault(key, facts[key])
+    return found
+
+
+def _shown(key: str, value: Any) -> str:
+    try:
+        return HIGHLIGHTS[key].format(value)
+    except (ValueError, TypeError):
+        return f"{key} {value}"
+
+
 def highlights(record: dict[str, Any]) -> list[str]:
-    """One line per host with the headline facts (readiness time, accept length, ...)."""
-    lines = []
-    for host, h in record["hosts"].items():
-        parts = []
-        for facts in h.get("facts", {}).values():
-            if not isinstance(facts, dict):
-                continue
-            for key, fmt in HIGHLIGHTS.items():
-                value = facts.get(key)
-                if value is not None:
-                    try:
-                        parts.append(fmt.format(value))
-                    except (ValueError, TypeError):
-                        parts.append(f"{key} {value}")
-        if parts:
-            lines.append(f"{host}: " + ", ".join(parts))
-    return lines
+    """The headline facts (readiness time, accept length, ...): one line per host, or for more
+    than WIDE hosts one line for all (numbers as min-max, other values each once)."""
+    per_host = {host: _host_highlights(h) for host, h in record["hosts"].items()}
+    per_host = {host: f for host, f in per_host.items() if f}
+    if len(record["hosts"]) <= WIDE:
+        return [f"{host}: " + ", ".join(_shown(k, v) for k, v in f.items())
+                for host, f in per_host.items()]
+    if not per_host:
+        return []
+    parts = []
+    for key in HIGHLIGHTS:
+        values = [f[key] for f in per_host.values() if key in f]
+        if not values:
+            continue
+        if all(isinstance(v, (int, float)) for v in values) and min(values) != max(values):
+            low, high = _shown(key, min(values)), _shown(key, max(values)).split()[-1]
+            parts.append(f"{low}-{high}")
+        else:
+            parts.append(" / ".join(dict.fromkeys(_shown(key, v) for v in values)))
+    return [f"{len(per_host)} of {len(record['hosts'])} hosts: " + ", ".join(parts)]
