@@ -12,11 +12,6 @@ import platform
 import re
 import sys
 
-try:
-    import importlib.metadata as md
-except ImportError:  # a python older than 3.8: nothing can be read
-    md = None
-
 
 def norm(name: str) -> str:
     """A distribution name normalized as PEP 503 does (`Foo_bar.baz` -> `foo-bar-baz`)."""
@@ -25,6 +20,10 @@ def norm(name: str) -> str:
 
 def versions(names: list) -> dict:
     """{name: installed version or None}; names not found directly are matched normalized."""
+    try:  # imported here: the agent ships this module and should not pay for it at start
+        import importlib.metadata as md
+    except ImportError:  # a python older than 3.8: nothing can be read
+        md = None
     out = {}
     dists = None
     for name in names:
