@@ -195,6 +195,17 @@ class HfDownloadStage(Stage, kind="hf_download"):
         ctx.record("revision_pinned", False)
         ctx.record("resolved_commit", commit)
 
+    def _resolve_read_only(self, host: Host, ctx: StageContext) -> str | None:
+        """The commit `revision` names, or None when it cannot be known yet: the hub asked by
+        the agent; only if that fails huggingface_hub, once it is installed in `python`."""
+        if COMMIT_RE.match(self.params.revision) or self._resolved is not None:
+            return self._resolve(host, ctx)
+        if self._ask_hub(host, ctx) is not None:
+            return self._resolve(host, ctx)
+        probe = host.run_argv([self.params.python, "-c", "import huggingface_hub"],
+                              timeout=QUICK, env=self._env(ctx))
+        return self._resolve(host, ctx) if probe.ok else None
+
     def _ask_hub(self, host: Host, ctx: StageContext) -> str | None:
         """The commit the branch names, asked by the agent (no interpreter, no huggingface_hub);
         None when that did not work: huggingface_hub is then asked, and explains any error."""
@@ -274,12 +285,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
             return verdict, ""
         if locked.get("repo") != p.repo:
             return differs(ctx, "repository", p.repo, locked.get("repo")), ""
-        if COMMIT_RE.match(p.revision):
-            commit: str | None = p.revision
-        else:
-            probe = host.run_argv([p.python, "-c", "import huggingface_hub"], timeout=QUICK,
-                                  env=self._env(ctx))
-            commit = self._resolve(host, ctx) if probe.ok else None
+        commit = self._resolve_read_only(host, ctx)
         if commit is None:
             # a real deploy resolves in apply (after the packages stage) and refuses there
             return None, (f"; whether {p.revision!r} resolves to the locked commit "
@@ -315,13 +321,10 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if (manifest.allow_patterns != p.allow_patterns
                 or manifest.ignore_patterns != p.ignore_patterns):
             return Needed("allow_patterns/ignore_patterns changed since the verified download")
-        if not COMMIT_RE.match(p.revision) and self._ask_hub(host, ctx) is None:
-            probe = host.run_argv([p.python, "-c", "import huggingface_hub"], timeout=QUICK,
-                                  env=self._env(ctx))
-            if not probe.ok:
-                return Needed(f"cannot resolve {p.revision!r} yet: {p.python} has no "
-                              "huggingface_hub")
-        commit = self._resolve(host, ctx)
+        commit = self._resolve_read_only(host, ctx)
+        if commit is None:
+            return Needed(f"cannot resolve {p.revision!r} yet: {p.python} has no "
+                          "huggingface_hub")
         if manifest.commit != commit:
             return Needed(f"{p.local_dir} holds commit {str(manifest.commit)[:12]}, "
                           f"{p.revision} is {commit[:12]}")
