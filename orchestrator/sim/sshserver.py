@@ -641,6 +641,15 @@ class OpenSSHEndpoint:
             "PrintMotd no",
             "ClientAliveInterval 15",
             "LogLevel ERROR",
+            # sshd runs the ForceCommand as `$SHELL -c CMD` with the login shell and home of
+            # the user in THIS machine's passwd (openssh-portable V_9_2_P1 session.c:1709-1713),
+            # i.e. the simulator's own /root and /bin/bash; bash sources ~/.bashrc for an sshd
+            # child only while SHLVL is below 1 (bash-5.2 shell.c:1137-1147, SHLVL + 1 in
+            # variables.c:851-899), so SHLVL=1 (sshd_config SetEnv, OpenSSH >= 7.8, applied in
+            # session.c:1153-1162) keeps the developer's ~/.bashrc (pyenv init: ~120 ms of CPU
+            # per session here) out of every simulated host's sessions. The simulated host has
+            # its own HOME, set by the wrapper.
+            "SetEnv SHLVL=1",
             f"ForceCommand {self.wrapper}",
         ]
         if sftp:
