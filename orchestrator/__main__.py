@@ -1,5 +1,5 @@
 """Allow `python -m orchestrator`."""
 
-from orchestrator.cli.main import main
+from orchestrator.cli.main import entry
 
-raise SystemExit(main())
+entry()

@@ -8,6 +8,7 @@ anything unexpected writes its traceback to a crash log and asks to report it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -17,7 +18,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from orchestrator import __version__
 from orchestrator.errors import ConfigError, OrchestratorError
@@ -327,5 +328,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def entry() -> NoReturn:
+    """The `orchestrator` command (and `python -m orchestrator`): main(), then a quick exit.
+
+    When main() returns, every file a command wrote is closed and every connection is shut;
+    what is left is the interpreter's own teardown of ~700 imported modules, about 0.15 s here
+    (a seventh of a converged 1-host re-run). os._exit skips it once stdout, stderr and the
+    logging handlers are flushed. Library callers (tests) call main() and keep their process.
+    """
+    code = main()
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # a closed pipe (`| head`) or a closed stdout
+        code = code or 1
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
