@@ -36,7 +36,7 @@ def parse_duration(value: Any) -> float:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
     _location: Location | None = PrivateAttr(default=None)
     # Locations of the values inside this object, keyed by their path relative to it, as written
     # in YAML (aliases, not field names): ("with", "port"), ("needs", 0), ("vars", "workdir").

@@ -49,7 +49,7 @@ CheckResult = Converged | Needed
 class Params(BaseModel):
     """Base of every stage kind's parameter schema: unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 @dataclass
