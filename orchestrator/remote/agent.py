@@ -42,6 +42,7 @@ import importlib.util
 import json
 import os
 import pwd
+import re
 import selectors
 import signal
 import struct
@@ -376,6 +377,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+#: how a shipped module registers a name (orchestrator.remote.probes: `@probe("disk_free")`)
+_REGISTERS = re.compile(r'^@(probe|action)\(\s*"([^"]+)"\s*\)', re.MULTILINE)
+
+
 def _cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "orchestrator-agent")
@@ -468,28 +473,66 @@ class Agent:
         self.actions = {}  # type: dict  # name -> function that changes the host
         self.shipped = None  # type: ShippedModules | None
         self.module_errors = {}  # type: dict
+        self.lazy_probes = {}  # type: dict  # probe name -> the module that registers it
+        self.lazy_actions = {}  # type: dict  # action name -> the module that registers it
+        self.import_lock = threading.Lock()
         self.umask = os.umask(0o022)
         os.umask(self.umask)
 
     # ---- setup -------------------------------------------------------------------------
     def load_modules(self, modules: list) -> None:
-        """Make the shipped modules importable as orchestrator.remote.<name>, import each, and
-        collect the probes and actions they register (orchestrator.remote.probes)."""
+        """Make the shipped modules importable as orchestrator.remote.<name>, and learn from
+        their text which module registers which probe and action (`@probe("NAME")`,
+        `@action("NAME")`, orchestrator.remote.probes). Only the registry is imported now; a
+        module is imported when one of its names is first called: a converged re-run never
+        pays for the CUDA check, the supervisor or the router's modules (about half of the
+        agent's start-up on a host)."""
         for pkg in ("orchestrator", "orchestrator.remote"):
             mod = types.ModuleType(pkg)
             mod.__path__ = []  # type: ignore[attr-defined]
             sys.modules[pkg] = mod
         shipped = self.shipped = ShippedModules(dict(modules))
         sys.meta_path.insert(0, shipped)
-        for name, _ in modules:
-            try:
-                importlib.import_module("orchestrator.remote." + name)
-            except Exception as exc:
-                self.module_errors[name] = f"{type(exc).__name__}: {exc}"
+        for name, text in modules:
+            for kind, registered in _REGISTERS.findall(text):
+                (self.lazy_probes if kind == "probe" else self.lazy_actions)[registered] = name
+        if "probes" in shipped.sources:
+            self._import("probes")
         probes_mod = sys.modules.get("orchestrator.remote.probes")
         if probes_mod is not None:
             self.probes = getattr(probes_mod, "PROBES", {})
             self.actions = getattr(probes_mod, "ACTIONS", {})
+
+    def load_all(self) -> dict:
+        """Import every shipped module now; the import errors, by module (empty: all load)."""
+        for name in sorted(self.shipped.sources if self.shipped is not None else ()):
+            self._import(name)
+        return dict(self.module_errors)
+
+    def _import(self, name: str) -> None:
+        with self.import_lock:
+            if name in self.module_errors:
+                return
+            try:
+                importlib.import_module("orchestrator.remote." + name)
+            except Exception as exc:
+                self.module_errors[name] = f"{type(exc).__name__}: {exc}"
+
+    def _lookup(self, kind: str, name):
+        """The function registered as probe/action NAME, importing its module on first use."""
+        table, lazy = ((self.probes, self.lazy_probes) if kind == "probe"
+                       else (self.actions, self.lazy_actions))
+        fn = table.get(name)
+        if fn is None and name in lazy:
+            self._import(lazy[name])
+            fn = table.get(name)
+        return fn
+
+    def names(self, kind: str) -> list:
+        """Every probe (or action) name, loaded or not."""
+        if kind == "probe":
+            return sorted(set(self.probes) | set(self.lazy_probes))
+        return sorted(set(self.actions) | set(self.lazy_actions))
 
     def shipped_source(self, name: str):
         """The text of the shipped module NAME, or None."""
@@ -501,8 +544,8 @@ class Agent:
         return {
             "t": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "uid": uid,
             "user": _user_name(uid), "python": ".".join(map(str, sys.version_info[:3])),
-            "executable": sys.executable, "probes": sorted(self.probes),
-            "actions": sorted(self.actions),
+            "executable": sys.executable, "probes": self.names("probe"),
+            "actions": self.names("action"),
             "module_errors": self.module_errors,
             # pid + start time + boot id name this agent process uniquely (agent_retire)
             "starttime": starttime, "boot_id": boot_id,
@@ -570,7 +613,7 @@ class Agent:
         handler = {
             "run": self.op_run, "read_file": self.op_read_file,
             "write_file": self.op_write_file, "probe": self.op_probe, "act": self.op_act,
-            "ping": self.op_ping,
+            "ping": self.op_ping, "load_all": self.op_load_all,
         }.get(op)
         if handler is None:
             self.io.send({"t": "error", "id": rid, "kind": "protocol",
@@ -610,24 +653,26 @@ class Agent:
                       "value": {"pid": os.getpid(), "time": time.time()}})
 
     def op_probe(self, header: dict, body: bytes) -> None:
-        self._call_named(header, self.probes, "probe", self.actions,
-                         "an action, not a probe: it changes the host")
+        self._call_named(header, "probe", "action", "an action, not a probe: it changes the host")
 
     def op_act(self, header: dict, body: bytes) -> None:
-        self._call_named(header, self.actions, "action", self.probes, "a probe, not an action")
+        self._call_named(header, "action", "probe", "a probe, not an action")
 
-    def _call_named(self, header: dict, table: dict, kind: str, other: dict,
-                    refusal: str) -> None:
-        """Call the function `header["name"]` of TABLE; a name of OTHER is refused (REFUSAL
-        says why): a probe never changes the host, and an action is never asked as a probe."""
+    def op_load_all(self, header: dict, body: bytes) -> None:
+        self.io.send({"t": "result", "id": header.get("id"), "value": self.load_all()})
+
+    def _call_named(self, header: dict, kind: str, other: str, refusal: str) -> None:
+        """Call the KIND (probe/action) `header["name"]`; a name of the OTHER kind is refused
+        (REFUSAL says why): a probe never changes the host, and an action is never asked as a
+        probe."""
         name = header.get("name")
-        fn = table.get(name)
+        fn = self._lookup(kind, name)
         if fn is None:
-            if name in other:
+            if name in self.names(other):
                 message = f"{name!r} is {refusal}"
             else:
                 message = "unknown {} {!r}; available: {}{}".format(
-                    kind, name, ", ".join(sorted(table)) or "(none)",
+                    kind, name, ", ".join(self.names(kind)) or "(none)",
                     f"; modules that failed to load: {self.module_errors}"
                     if self.module_errors else "")
             self.io.send({"t": "error", "id": header.get("id"), "kind": "unknown_" + kind,

@@ -701,6 +701,13 @@ class AgentTransport(Transport):
         header, _ = self._call("ping", {})
         return header["value"]
 
+    def module_errors(self) -> dict[str, str]:
+        """Import every shipped module on the host now (the agent imports each only when one
+        of its probes or actions is first called); the import errors by module, {} when all
+        load on the host's Python."""
+        header, _ = self._call("load_all", {})
+        return header["value"]
+
     def kill_all(self) -> None:
         s = self._session
         if s is not None and s.alive:
