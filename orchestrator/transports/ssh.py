@@ -26,6 +26,7 @@ import logging
 import os
 import shlex
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -92,6 +93,32 @@ class _UnknownHostKey(Exception):
         super().__init__(name)
         self.name = name
         self.key = key
+
+
+_PARSED_KNOWN_HOSTS: dict[str, tuple[tuple[int, int, int], paramiko.HostKeys]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed_known_hosts(path: str) -> paramiko.HostKeys | None:
+    """The known_hosts file at PATH, parsed once while it stays the same (size, mtime, inode),
+    None when there is none. Parsing builds a key object per line (8 ms for 128 lines here),
+    and every host of a run reads the same file; a key recorded by accept-new changes the file,
+    so the next connection parses it again. The result is shared: only read it."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+    with _PARSED_LOCK:
+        hit = _PARSED_KNOWN_HOSTS.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+    parsed = paramiko.HostKeys(path)
+    with _PARSED_LOCK:
+        _PARSED_KNOWN_HOSTS[path] = (stamp, parsed)
+    return parsed
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
@@ -464,11 +491,20 @@ class SSHTransport(AgentTransport):
     def _prepare_client(self, conn: Connection, role: str) -> None:
         client = conn.client
         known = self._known_hosts()
+        # paramiko names a host's keys "[host]:port" unless the port is 22, and uses the system
+        # file's keys for a name when it has any, the user's only otherwise (paramiko 5.1
+        # client.py:405-418); only this host's entries are handed to the client
+        port = int(conn.port)
+        name = conn.host if port == 22 else f"[{conn.host}]:{port}"
         try:
-            if known.is_file():
-                client.load_host_keys(str(known))
-            if self.spec.known_hosts is None and os.path.isfile(_SYSTEM_KNOWN_HOSTS):
-                client.load_system_host_keys(_SYSTEM_KNOWN_HOSTS)
+            files = [_SYSTEM_KNOWN_HOSTS] if self.spec.known_hosts is None else []
+            mine = client.get_host_keys()
+            for parsed in (_parsed_known_hosts(p) for p in [*files, str(known)]):
+                keys = parsed.lookup(name) if parsed is not None else None
+                if keys:
+                    for key_type in keys:
+                        mine.add(name, key_type, keys[key_type])
+                    break
         except Exception as exc:  # noqa: BLE001 - unreadable / malformed file
             raise ConnectError(f"cannot read known_hosts file {known}: {exc}", host=self.name,
                                hint="fix or remove the malformed line") from None
