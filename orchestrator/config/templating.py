@@ -356,13 +356,19 @@ def undeclared(template_text: str, *, expression: bool = False) -> set[str]:
 
     Raises ConfigError (without location) on a syntax error.
     """
+    return set(_undeclared(template_text, expression))
+
+
+@lru_cache(maxsize=4096)
+def _undeclared(template_text: str, expression: bool) -> frozenset[str]:
+    # cached: every host of a run asks about the same texts (parsing them was 17 ms per host)
     text = template_text
     if expression:
         source = condition_source(template_text)
         text = template_text if source is None else "{{ (" + source + ") }}"
     try:
         tree = _ENV.parse(text)
-        return set(meta.find_undeclared_variables(tree))
+        return frozenset(meta.find_undeclared_variables(tree))
     except (TemplateSyntaxError, *_TOO_DEEP) as exc:
         _raise(exc, template_text, None, None)
     raise AssertionError("unreachable")  # pragma: no cover
