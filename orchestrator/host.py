@@ -8,6 +8,7 @@ that changes the host (`run`, `write_file`, `act`) is refused once the run is ca
 
 from __future__ import annotations
 
+import contextvars
 import json
 import shlex
 import threading
@@ -109,6 +110,35 @@ class Host:
     def fact(self, cls: type[F], /, **args: Any) -> F:
         """Read one typed fact (orchestrator.facts): its probe's answer, parsed by the class."""
         return cls.from_answer(self.transport.probe(cls.probe, **args))
+
+    def facts(self, *wanted: tuple[type[Any], dict[str, Any]]) -> list[Any]:
+        """Several facts, `(FactClass, probe args)` each, in that order. Over a transport that
+        multiplexes (the agent serves requests concurrently) their probes are asked at once,
+        so N reads cost about one round trip; the first error raises, as `fact` would."""
+        if len(wanted) < 2 or not getattr(self.transport, "multiplexed", False):
+            return [self.fact(cls, **args) for cls, args in wanted]
+        out: list[Any] = [None] * len(wanted)
+        errors: list[BaseException | None] = [None] * len(wanted)
+
+        def one(i: int) -> None:
+            cls, args = wanted[i]
+            try:
+                out[i] = self.fact(cls, **args)
+            except BaseException as exc:  # noqa: BLE001 - raised below, in the caller
+                errors[i] = exc
+
+        # each in a copy of this context: the log lines keep their host and stage
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(one, i),
+                                    daemon=True) for i in range(1, len(wanted))]
+        for t in threads:
+            t.start()
+        one(0)
+        for t in threads:
+            t.join()
+        for exc in errors:
+            if exc is not None:
+                raise exc
+        return out
 
     def __repr__(self) -> str:
         return f"Host({self.name!r})"

@@ -173,14 +173,14 @@ class HostHealthStage(Stage, kind="host_health"):
     def read_facts(self, host: Host, ctx: StageContext) -> HealthFacts:
         """Every fact the rules need, each recorded in the run record."""
         p = self.params
-        gpus, uvm = host.fact(GpuHealth), host.fact(UvmFacts, cuda=False)
+        disk_reads = [(DiskFree, {"path": p.disk_path}), (DirUsage, {"path": p.disk_path})] \
+            if p.disk_path else []
+        gpus, uvm, shm, xid, *space = host.facts(
+            (GpuHealth, {}), (UvmFacts, {"cuda": False}), (ShmFacts, {}), (KernelXid, {}),
+            *disk_reads)
         if cuda_init_needed(p, gpus, uvm):  # a new process runs cuInit(0)
             uvm = host.fact(UvmFacts, cuda=True)
-        shm, xid = host.fact(ShmFacts), host.fact(KernelXid)
-        disk = None
-        if p.disk_path:
-            disk = DiskBudget.of(host.fact(DiskFree, path=p.disk_path),
-                                 host.fact(DirUsage, path=p.disk_path), p.disk_needed_gib)
+        disk = DiskBudget.of(space[0], space[1], p.disk_needed_gib) if space else None
         facts = HealthFacts(gpus, uvm, shm, xid, disk)
         for key, value in (("gpus", gpus), ("uvm", uvm), ("shm", shm), ("xid", xid),
                            ("disk", disk)):
