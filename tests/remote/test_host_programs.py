@@ -125,9 +125,9 @@ def test_cuda_init_program_without_libcuda_is_unknown() -> None:
 FAKE_AGENT = b"import sys\nsys.stdout.write(__name__ + ' ' + str(len(AGENT_SOURCE)))\n"
 
 
-def _boot(python: str, stdin: bytes) -> subprocess.CompletedProcess:
+def _boot(python: str, stdin: bytes, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([python, "-c", source("bootstrap")], input=stdin,
-                          capture_output=True, timeout=60)
+                          capture_output=True, timeout=60, env=env)
 
 
 def test_bootstrap_runs_the_source_it_reads() -> None:
@@ -136,6 +136,24 @@ def test_bootstrap_runs_the_source_it_reads() -> None:
     r = _boot(sys.executable, encode_source(FAKE_AGENT))
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode() == f"__orchestrator_agent__ {len(FAKE_AGENT)}"
+
+
+def test_bootstrap_compiles_each_agent_once_per_host(tmp_path: Path) -> None:
+    """The agent's code is cached under the key agent.cached_compile uses; a cache that went
+    bad is compiled again, and another agent text gets its own entry."""
+    from orchestrator.remote.agent import encode_source
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    cache = tmp_path / "orchestrator-agent"
+    assert _boot(sys.executable, encode_source(FAKE_AGENT), env).returncode == 0
+    (entry,) = cache.glob("*.code")
+    entry.write_bytes(b"not marshal data")
+    r = _boot(sys.executable, encode_source(FAKE_AGENT), env)
+    assert r.stdout.decode() == f"__orchestrator_agent__ {len(FAKE_AGENT)}"
+    assert entry.read_bytes() != b"not marshal data"  # written again
+    other = FAKE_AGENT + b"# another version\n"
+    assert _boot(sys.executable, encode_source(other), env).returncode == 0
+    assert len(list(cache.glob("*.code"))) == 2
 
 
 def test_bootstrap_without_source_exits_4() -> None:
