@@ -16,6 +16,11 @@ sshd        factory of REAL OpenSSH servers on loopback (tests/sshd.py). Call it
             not installed, or not root (CI installs openssh-server and runs as root).
 ssh_server  one started server on 127.0.0.1 (shortcut for `sshd()`).
 agent       the real agent on this machine through LocalTransport (probe tests).
+sim_wheels, sim_index, standin_venv, simhw_double
+            session fixtures of tests/sim/conftest_index.py (the stand-in wheels, their package
+            index, a venv with the stand-in SGLang installed, the simhw test double): defined
+            here, once, so that each is built once per session (per xdist worker) however many
+            modules use it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,12 @@ import pytest
 import orchestrator.stages  # noqa: F401 - hands the stage kinds to config (tests load playbooks)
 from orchestrator.config.model import HostSpec
 from orchestrator.transports.local import LocalTransport
+from tests.sim.conftest_index import (  # noqa: F401 - session fixtures, defined once here
+    sim_index,
+    sim_wheels,
+    simhw_double,
+    standin_venv,
+)
 from tests.sshd import SSHDFactory, SSHServer, sshd_unavailable
 
 

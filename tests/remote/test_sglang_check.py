@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.sim.conftest_index import SIMHW_DOUBLE, clean_env, sim_wheels  # noqa: F401
+from tests.sim.conftest_index import SIMHW_DOUBLE, clean_env
 
 SCRIPT = Path(__file__).resolve().parents[2] / "orchestrator" / "remote" / "sglang_check.py"
 
@@ -27,7 +27,7 @@ def test_without_sglang_it_is_unavailable() -> None:
                    "message": "No module named 'sglang'"}
 
 
-def test_with_the_standin_it_returns_sglangs_verdict(sim_wheels: Path,  # noqa: F811
+def test_with_the_standin_it_returns_sglangs_verdict(sim_wheels: Path,
                                                      tmp_path: Path) -> None:
     with zipfile.ZipFile(sim_wheels / "sglang-0.5.23-py3-none-any.whl") as zf:
         zf.extractall(tmp_path / "sg")

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.sglang.preflight import HostFacts, LaunchRequest, run_preflight
 from orchestrator.sglang.rules import Gpu
 from tests.sglang.fidelity_cases import CASES, FAMILIES, RELEASES, WEIGHTS, Case
-from tests.sim.conftest_index import SIMHW_DOUBLE, clean_env, sim_wheels  # noqa: F401
+from tests.sim.conftest_index import SIMHW_DOUBLE, clean_env
 
 DRIVER = Path(__file__).with_name("standin_driver.py")
 FIX_WORDS = re.compile(r"\b(set|use|add|remove|pin|install|choose|change|drop|write|raise)\b",
@@ -49,7 +49,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
 
 
 @pytest.fixture(scope="module")
-def standin_outcomes(sim_wheels: Path, models: dict,  # noqa: F811 - fixture
+def standin_outcomes(sim_wheels: Path, models: dict,
                      tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
     """release -> case id -> the stand-in's outcome (one driver process per release)."""
     root = tmp_path_factory.mktemp("fidelity-standins")

@@ -1,6 +1,9 @@
-"""Shared fixtures for the package-index and SGLang stand-in tests (import them explicitly).
+"""Session fixtures for the package-index and SGLang stand-in tests, and their helpers.
 
-    from tests.sim.conftest_index import sim_index, sim_wheels, standin_venv  # noqa: F401
+tests/conftest.py imports the fixtures, so that every module shares ONE of each per session
+(per xdist worker). Do not import a fixture into a test module: pytest would register a second
+definition there and build the session fixture again for that module (the stand-in venv alone
+costs seconds of CPU). Import only the helpers (`Venv`, `clean_env`, `SIMHW_DOUBLE`).
 
 sim_wheels    folder with the stand-in wheels (built once per session)
 sim_index     a started PackageIndex over sim_wheels (loopback, free port)

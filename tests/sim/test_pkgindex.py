@@ -1,5 +1,4 @@
 """The simulated package index and its wheels, driven by real pip in a real venv (loopback)."""
-# ruff: noqa: F811 - pytest fixtures imported from tests.sim.conftest_index
 
 from __future__ import annotations
 
@@ -21,13 +20,7 @@ import pytest
 
 from orchestrator.sim.pkgindex import PackageIndex
 from orchestrator.sim.wheels import build_standin_wheels, build_wheel, wheel_bytes
-from tests.sim.conftest_index import (  # noqa: F401 - fixtures
-    Venv,
-    clean_env,
-    sim_index,
-    sim_wheels,
-    standin_venv,
-)
+from tests.sim.conftest_index import Venv, clean_env
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -3,8 +3,6 @@
 
 Real clients only: raw HTTP (urllib) and the `openai` package. Time is scaled by 1/1000.
 """
-# ruff: noqa: F811 - pytest fixtures imported from tests.sim.conftest_index
-
 from __future__ import annotations
 
 import concurrent.futures
@@ -25,14 +23,7 @@ import pytest
 
 from orchestrator.sim.hubrepos import eagle3_config
 from tests.sglang.simhost import K2_CONFIG
-from tests.sim.conftest_index import (  # noqa: F401 - fixtures
-    Venv,
-    clean_env,
-    sim_index,
-    sim_wheels,
-    simhw_double,
-    standin_venv,
-)
+from tests.sim.conftest_index import Venv, clean_env
 
 API_KEY = "sk-sim-test-key"
 DECODE_LINE = re.compile(  # 0.5.23 managers/scheduler_components/metrics_reporter.py:963-1043

@@ -6,8 +6,6 @@ OpenAI API, info routes, the launch and bench entrypoints' warnings.
 One server per release and module (time scaled by 1/1000); other releases are pip-installed
 from the simulated index into PYTHONPATH overlays. Raw HTTP (urllib) and the `openai` client.
 """
-# ruff: noqa: F811 - pytest fixtures imported from tests.sim.conftest_index
-
 from __future__ import annotations
 
 import json
@@ -24,14 +22,7 @@ import openai
 import pytest
 
 from tests.sglang.simhost import K2_CONFIG
-from tests.sim.conftest_index import (  # noqa: F401 - fixtures
-    Venv,
-    clean_env,
-    sim_index,
-    sim_wheels,
-    simhw_double,
-    standin_venv,
-)
+from tests.sim.conftest_index import Venv, clean_env
 from tests.sim.test_sglang_standin import (
     API_KEY,
     DRAFTER_CONFIG,

@@ -1,7 +1,8 @@
 """Shared fixtures for the stage-kind tests: real hosts, a StageContext, the runner's sequence.
 
 sim_factory  tests/sim/conftest.py's factory of simulators (stopped and checked at the end)
-sim_index    tests/sim/conftest_index.py's package index over the stand-in wheels (session)
+sim_index    tests/sim/conftest_index.py's package index over the stand-in wheels (session;
+             tests/conftest.py provides it)
 local_host   a `connection: local` Host (the real agent as a subprocess); closed after the test
 open_host    factory: open_host(spec, variables=None) -> Host over the transport the spec names
              (an SSH spec from a simulator's inventory works); every host is closed at the end
@@ -33,7 +34,6 @@ from orchestrator.result import Result
 from orchestrator.stages.base import Converged, Stage, StageContext
 from orchestrator.transports import make_transport
 from tests.sim.conftest import sim_factory  # noqa: F401  (fixture: simulated hosts in tmp dirs)
-from tests.sim.conftest_index import sim_index, sim_wheels  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
