@@ -17,11 +17,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
-from orchestrator.config import load_all
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import Interrupted, OrchestratorError
 from orchestrator.events import (
     EventBus,
     EventHandler,
@@ -32,11 +30,14 @@ from orchestrator.events import (
     new_run_id,
 )
 from orchestrator.logs import configure
+from orchestrator.options import RunOptions
 from orchestrator.pinfile import build_pin, load_pin, write_pin
 from orchestrator.plan import Plan, Selection, build_plan, render_plan
 from orchestrator.redact import REDACTOR
-from orchestrator.rolling import RollingOptions, RollingRunner
-from orchestrator.runner import EXIT_INTERRUPTED, Runner, RunOptions
+
+if TYPE_CHECKING:
+    from orchestrator.preconnect import Preconnect
+    from orchestrator.rolling import RollingOptions
 
 
 @dataclass(frozen=True)
@@ -139,32 +140,60 @@ def deploy(
     """
     REDACTOR.add_env(os.environ)
     cli_vars = dict(cli_vars or {})
-    pb, inv = load_all(str(playbook_path), str(inventory_path), cli_vars)
-    locked = load_pin(locked_path) if locked_path else None
     options = options or RunOptions()
-    if locked is not None:
-        options = replace(options, locked=locked)
-    plan = build_plan(pb, inv, selection or Selection.from_args(None, None, None, None))
-    session = _Session(Path(run_dir), str(playbook_path), str(inventory_path), options.dry_run,
-                       handlers, verbose)
-    exit_code = EXIT_INTERRUPTED
+    selection = selection or Selection.from_args(None, None, None, None)
+    early = _preconnect(str(playbook_path), str(inventory_path), selection, options, rolling)
     try:
-        exit_code = _run(plan, session, cli_vars, options, locked, on_start, rolling)
-    except OrchestratorError as exc:  # e.g. a ConfigError found while rendering: not a Ctrl-C
-        exit_code = exc.exit_code
-        raise
+        # the stage kinds (and what they import) load while the first connections open
+        import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
+        from orchestrator.config import load_all
+
+        pb, inv = load_all(str(playbook_path), str(inventory_path), cli_vars)
+        locked = load_pin(locked_path) if locked_path else None
+        if locked is not None:
+            options = replace(options, locked=locked)
+        plan = build_plan(pb, inv, selection)
+        session = _Session(Path(run_dir), str(playbook_path), str(inventory_path),
+                           options.dry_run, handlers, verbose)
+        exit_code = Interrupted.exit_code
+        try:
+            exit_code = _run(plan, session, cli_vars, options, locked, on_start, rolling, early)
+        except OrchestratorError as exc:  # e.g. a ConfigError found rendering: not a Ctrl-C
+            exit_code = exc.exit_code
+            raise
+        finally:
+            session.close(exit_code)
     finally:
-        session.close(exit_code)
+        if early is not None:
+            early.close()
     return DeployOutcome(session.run_id, exit_code, session.record.data, session.dir)
+
+
+def _preconnect(playbook: str, inventory: str, selection: Selection, options: RunOptions,
+                rolling: RollingOptions | None) -> Preconnect | None:
+    """Open the run's first hosts while it is being prepared (orchestrator.preconnect); not for
+    a rolling redeploy (it orders hosts itself) or a stage selection (which may drop hosts)."""
+    if not options.preconnect or rolling is not None or \
+            selection.only or selection.from_ or selection.skip:
+        return None
+    from orchestrator.preconnect import Preconnect
+
+    return Preconnect.start(
+        playbook, inventory, selection.limit, options.forks,
+        budget=lambda spec: max(options.wait_for_host, spec.wait_for_host or 0.0))
 
 
 def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,
          locked: dict[str, Any] | None,
          on_start: Callable[[DeployStart], None] | None,
-         rolling: RollingOptions | None = None) -> int:
+         rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
+    from orchestrator.rolling import RollingRunner
+    from orchestrator.runner import Runner
+
     # every node rendered for its host before any is touched (a ConfigError is exit 2)
     rendered = render_plan(plan, cli_vars, REDACTOR)
-    runner = Runner(rendered, session.bus, options=options) if rolling is None else \
+    runner = Runner(rendered, session.bus, options=options, preconnected=early) \
+        if rolling is None else \
         RollingRunner(rendered, session.bus, rolling=rolling, options=options)
     if on_start is not None:
         on_start(DeployStart(

@@ -94,7 +94,9 @@ def _hint(name: str, choices: Iterable[str]) -> str | None:
     return f"did you mean {close[0]!r}?" if close else None
 
 
-def _resolve_hosts(patterns: list[str], inventory: Inventory, what: str) -> list[str]:
+def resolve_hosts(patterns: list[str], inventory: Inventory, what: str) -> list[str]:
+    """The inventory hosts PATTERNS name (hosts, groups, fnmatch patterns), in order; PlanError
+    names the pattern (WHAT says where it was written) that matches nothing."""
     names = list(inventory.hosts)
     groups = set(inventory.groups) | {g for h in inventory.hosts.values() for g in h.groups}
     picked: list[str] = []
@@ -135,7 +137,7 @@ def _match_stages(items: list[str], playbook: Playbook, flag: str) -> set[str]:
 def build_plan(playbook: Playbook, inventory: Inventory, selection: Selection) -> Plan:
     """Apply the selection and return the plan; raise PlanError on a bad selection or a cycle."""
     hosts = (
-        _resolve_hosts(selection.limit, inventory, "--limit")
+        resolve_hosts(selection.limit, inventory, "--limit")
         if selection.limit
         else list(inventory.hosts)
     )
@@ -164,7 +166,7 @@ def build_plan(playbook: Playbook, inventory: Inventory, selection: Selection) -
         host_stages[h] = []
         for sid, spec in stages.items():
             targets = spec.hosts if spec.hosts is not None else playbook.hosts
-            if targets is None or h in _resolve_hosts(targets, inventory, f"stage {sid}"):
+            if targets is None or h in resolve_hosts(targets, inventory, f"stage {sid}"):
                 host_stages[h].append(sid)
     hosts = [h for h in hosts if host_stages[h]]
     if not hosts:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from graphlib import TopologicalSorter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from tenacity import (
@@ -41,6 +41,7 @@ from orchestrator.config.model import HostSpec, RetrySpec
 from orchestrator.errors import (
     CommandFailed,
     ConnectionLost,
+    Interrupted,
     LockHeld,
     OrchestratorError,
     StageError,
@@ -70,6 +71,7 @@ from orchestrator.events import (
     utc_now,
 )
 from orchestrator.host import Host
+from orchestrator.options import RunOptions
 from orchestrator.plan import Node, RenderedPlan
 from orchestrator.redact import REDACTOR, Redactor
 from orchestrator.result import Result
@@ -83,31 +85,21 @@ from orchestrator.stages.base import (
 from orchestrator.transports import make_transport
 from orchestrator.transports.base import Transport
 
+if TYPE_CHECKING:
+    from orchestrator.preconnect import Preconnect
+
 log = structlog.get_logger("orchestrator.runner")
 
 #: how many times a host's stages are walked when it reboots during the run
 MAX_PASSES = 3
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = Interrupted.exit_code  # 130
 
 TransportFactory = Callable[..., Transport]
 T = TypeVar("T")
 #: a stage's check is asked again this many times after a dropped connection
 CHECK_RECONNECTS = 2
-
-
-@dataclass
-class RunOptions:
-    """Knobs of one run (the deploy command's flags)."""
-
-    forks: int = 16
-    per_host: int = 4
-    dry_run: bool = False
-    wait_for_host: float = 10.0
-    #: take nothing on trust from earlier runs (hf_download hashes every file again)
-    verify: bool = False
-    locked: dict[str, Any] | None = None
-    sleep: Callable[[float], None] = time.sleep
 
 
 @dataclass
@@ -171,6 +163,17 @@ class _ConnectionPool:
                 if getattr(t, "multiplexed", False):
                     self._shared = t
             return t
+
+    def adopt(self, t: Transport) -> None:
+        """Take over a transport connected elsewhere (orchestrator.preconnect)."""
+        if self.on_reconnect is not None:
+            t.on_reconnect = functools.partial(self.on_reconnect, t)
+        with self._lock:
+            self._all.append(t)
+            if getattr(t, "multiplexed", False):
+                self._shared = t
+            else:
+                self._free.append(t)
 
     def connections(self) -> list[Transport]:
         with self._lock:
@@ -247,6 +250,7 @@ class Runner:
         options: RunOptions | None = None,
         transport_factory: TransportFactory = make_transport,
         redactor: Redactor = REDACTOR,
+        preconnected: Preconnect | None = None,
     ) -> None:
         plan = rendered.plan
         self.plan = plan
@@ -256,6 +260,7 @@ class Runner:
         self.factory = transport_factory
         self.redactor = redactor
         self.outcome = Outcome()
+        self.preconnected = preconnected
         self._cancel = threading.Event()
         self._pools: dict[str, _ConnectionPool] = {}
         self._lock = threading.Lock()
@@ -342,7 +347,7 @@ class Runner:
         self.bus.publish(HostStarted(host=host, stages=list(stages)))
         wait_for_host = max(self.options.wait_for_host, spec.wait_for_host or 0.0)
         try:
-            first = pool.acquire(wait_for_host)
+            first = self._first_connection(host, pool, wait_for_host, on_wait)
         except OrchestratorError as exc:
             self._host_unreachable(host, stages, exc)
             return
@@ -386,6 +391,19 @@ class Runner:
             else ("unreachable" if unreachable else "ok")
         self.bus.publish(HostFinished(host=host, status=overall,
                                       duration_s=round(time.monotonic() - t0, 3)))
+
+    def _first_connection(self, host: str, pool: _ConnectionPool, budget: float,
+                          on_wait: Callable[..., None]) -> Transport:
+        """The host's first connection: the one opened early for it (preconnect), else new."""
+        early = self.preconnected.claim(host, on_wait) if self.preconnected else None
+        if early is not None:
+            try:
+                pool.adopt(early.result())
+            except OrchestratorError:
+                raise  # the attempt told its waits already: the host is unreachable
+            except Exception:  # noqa: BLE001 - not ours to judge: connect here, as usual
+                log.debug("preconnect.failed", exc_info=True)
+        return pool.acquire(budget)
 
     def _walk(self, host: str, stages: dict[str, Node], pool: _ConnectionPool,
               unreachable: list[BaseException]) -> None:

@@ -197,8 +197,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from orchestrator.config import parse_cli_vars
     from orchestrator.config.model import parse_duration
     from orchestrator.deploy import DeployStart, deploy
+    from orchestrator.options import RunOptions
     from orchestrator.plan import Selection
-    from orchestrator.runner import RunOptions
 
     try:
         wait_for_host = parse_duration(args.wait_for_host)
