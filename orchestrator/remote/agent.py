@@ -386,22 +386,19 @@ def _cache_dir() -> str:
     return os.path.join(base, "orchestrator-agent")
 
 
-def cached_compile(source: str, filename: str):
-    """compile(source), kept marshalled in ~/.cache/orchestrator-agent/ (keyed by the source's
-    hash and this Python's bytecode magic), so a host compiles each shipped module once, not at
-    every connection. The cache is best effort: any problem with it just compiles."""
+def _cache_path(source: bytes, filename: str) -> str:
+    """Where the code of SOURCE is kept: keyed by the source, its name and this Python's
+    bytecode magic (the bootstrap reads the agent's own entry under the same key)."""
     import hashlib
+
+    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + filename.encode() + source)
+    return os.path.join(_cache_dir(), key.hexdigest()[:32] + ".code")
+
+
+def _cache_store(path: str, code) -> None:
+    """Keep CODE marshalled at PATH (atomically); best effort: a read-only home keeps none."""
     import marshal
 
-    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + filename.encode()
-                         + source.encode("utf-8")).hexdigest()[:32]
-    path = os.path.join(_cache_dir(), key + ".code")
-    try:
-        with open(path, "rb") as fh:
-            return marshal.loads(fh.read())
-    except Exception:  # noqa: BLE001 - absent, unreadable, truncated: compile
-        pass
-    code = compile(source, filename, "exec")
     tmp = None
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
@@ -409,13 +406,36 @@ def cached_compile(source: str, filename: str):
         with os.fdopen(fd, "wb") as fh:
             fh.write(marshal.dumps(code))
         os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 - a read-only home: no cache
+    except Exception:  # noqa: BLE001 - no cache
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def cached_compile(source: str, filename: str):
+    """compile(source), kept marshalled in ~/.cache/orchestrator-agent/ (`_cache_path`), so a
+    host compiles each shipped module once, not at every connection. The cache is best effort:
+    any problem with it just compiles."""
+    import marshal
+
+    path = _cache_path(source.encode("utf-8"), filename)
+    try:
+        with open(path, "rb") as fh:
+            return marshal.loads(fh.read())
+    except Exception:  # noqa: BLE001 - absent, unreadable, truncated: compile
+        pass
+    code = compile(source, filename, "exec")
+    _cache_store(path, code)
     return code
+
+
+def _keep_own_code(source: bytes, code) -> None:
+    """Keep the agent's own code when the bootstrap had to compile it (it only reads the
+    cache; CODE is None when it read it from there)."""
+    if code is not None:
+        _cache_store(_cache_path(source, "orchestrator/remote/agent.py"), code)
 
 
 class ShippedModules:
@@ -934,6 +954,7 @@ def main(source: bytes) -> None:
     os.close(devnull)
     sys.stdout = open(os.devnull, "w")  # a stray print() must not corrupt the protocol
     agent = Agent(FrameIO(fd_in, fd_out), source)
+    _keep_own_code(source, globals().get("AGENT_CODE"))
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _on_signal)
     code = 0

@@ -37,38 +37,29 @@ def main():
                          + v + "\n")
         sys.exit(EXIT_OLD_PYTHON)
     s = read_exact(int(read_exact(10)))
-    exec(compiled(s), {"__name__": "__orchestrator_agent__", "AGENT_SOURCE": s})
+    code, fresh = compiled(s)
+    exec(code, {"__name__": "__orchestrator_agent__", "AGENT_SOURCE": s,
+                "AGENT_CODE": code if fresh else None})
 
 
 def compiled(s):
-    # type: (bytes) -> object
-    """The agent source S compiled, kept marshalled in ~/.cache/orchestrator-agent/ under the
-    key agent.cached_compile uses (the source and this Python bytecode magic): a host compiles
-    each agent version once, not at every connection. Any problem with the cache: compile."""
+    # type: (bytes) -> tuple
+    """The agent source S compiled (code, True), or read back (code, False) from
+    ~/.cache/orchestrator-agent/, where the agent keeps the code it was handed fresh
+    (agent._cache_path: the source and this Python bytecode magic): a host compiles each
+    agent version once, not at every connection."""
     import hashlib
     import marshal
-    import tempfile
     from importlib.util import MAGIC_NUMBER
 
     name = "orchestrator/remote/agent.py"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     key = hashlib.sha256(MAGIC_NUMBER + name.encode() + s).hexdigest()[:32]
-    path = os.path.join(base, "orchestrator-agent", key + ".code")
     try:
-        with open(path, "rb") as fh:
-            return marshal.loads(fh.read())
+        with open(os.path.join(base, "orchestrator-agent", key + ".code"), "rb") as fh:
+            return marshal.loads(fh.read()), False
     except Exception:  # noqa: BLE001 - absent, unreadable, truncated
-        pass
-    code = compile(s, name, "exec")
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps(code))
-        os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 - a read-only home: no cache
-        pass
-    return code
+        return compile(s, name, "exec"), True
 
 
 if __name__ == "__main__":

@@ -138,22 +138,30 @@ def test_bootstrap_runs_the_source_it_reads() -> None:
     assert r.stdout.decode() == f"__orchestrator_agent__ {len(FAKE_AGENT)}"
 
 
-def test_bootstrap_compiles_each_agent_once_per_host(tmp_path: Path) -> None:
-    """The agent's code is cached under the key agent.cached_compile uses; a cache that went
-    bad is compiled again, and another agent text gets its own entry."""
-    from orchestrator.remote.agent import encode_source
+def test_the_agent_is_compiled_once_per_host(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bootstrap reads the agent's code from the cache the agent keeps (under the key of
+    agent._cache_path); a cache entry that went bad is compiled and written again."""
+    from orchestrator.remote.agent import _cache_path, encode_source
+    from orchestrator.transports.agent_client import agent_source
 
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    cache = tmp_path / "orchestrator-agent"
-    assert _boot(sys.executable, encode_source(FAKE_AGENT), env).returncode == 0
-    (entry,) = cache.glob("*.code")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    env = dict(os.environ)
+    src = agent_source()
+    entry = Path(_cache_path(src, "orchestrator/remote/agent.py"))
+    # the agent starts, finds no init message (stdin ends) and exits; its code is kept
+    _boot(sys.executable, encode_source(src), env)
+    assert entry.is_file() and entry.parent == tmp_path / "orchestrator-agent"
+    kept = entry.read_bytes()
     entry.write_bytes(b"not marshal data")
+    _boot(sys.executable, encode_source(src), env)
+    assert entry.read_bytes() == kept  # compiled again, and kept again
+    stamp = entry.stat().st_mtime_ns
+    _boot(sys.executable, encode_source(src), env)
+    assert entry.stat().st_mtime_ns == stamp  # read from the cache: not written
+    # a program that is not the agent runs too (nothing is kept for it)
     r = _boot(sys.executable, encode_source(FAKE_AGENT), env)
     assert r.stdout.decode() == f"__orchestrator_agent__ {len(FAKE_AGENT)}"
-    assert entry.read_bytes() != b"not marshal data"  # written again
-    other = FAKE_AGENT + b"# another version\n"
-    assert _boot(sys.executable, encode_source(other), env).returncode == 0
-    assert len(list(cache.glob("*.code"))) == 2
 
 
 def test_bootstrap_without_source_exits_4() -> None:
