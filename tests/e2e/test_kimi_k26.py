@@ -1,6 +1,9 @@
 """The mission end to end: `orchestrator deploy playbooks/kimi-k2.6-eagle3.yaml` against a
 simulated 8-GPU LXC host (with its Proxmox hypervisor, model hub and package index), over SSH
-with host keys checked. The tests of this module run in order on one simulated box."""
+with host keys checked. The tests of this module run in order on one simulated box.
+
+The second deploy, on the converged box, is a library call: `orchestrator.deploy.deploy()` in
+this process, typed events reaching a handler passed in (what the CLI's deploy runs)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.deploy import deploy
+from orchestrator.events import CommandRan, EventHandler, StageApply, StageFinished
 from orchestrator.sim.fleet import SimFleet
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
@@ -23,6 +28,28 @@ from tests.sim.conftest import assert_nothing_left
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(REPO / "playbooks/kimi-k2.6-eagle3.yaml")
 SCALE = 0.001  # the nominal 960 s load takes ~1 s
+
+#: what a first deploy does on the box as found (a venv without pip, compressed-tensors 0.8.1)
+FIRST = {"health": "ok", "venv": "changed", "packages": "changed", "target": "changed",
+         "drafter": "changed", "inspect": "ok", "server": "changed", "ready": "changed"}
+
+
+class Collector(EventHandler):
+    """The typed events a library deploy hands to its handler."""
+
+    def __init__(self) -> None:
+        self.finished: list[StageFinished] = []
+        self.applied: list[StageApply] = []
+        self.commands: list[CommandRan] = []
+
+    def on_command(self, e: CommandRan) -> None:
+        self.commands.append(e)
+
+    def on_stage_finished(self, e: StageFinished) -> None:
+        self.finished.append(e)
+
+    def on_stage_apply(self, e: StageApply) -> None:
+        self.applied.append(e)
 
 
 class Box:
@@ -34,6 +61,7 @@ class Box:
         self.inventory = fleet.inventory_path
         self.data = yaml.safe_load(Path(self.inventory).read_text())
         self.n = 0
+        self.first: CliRun | None = None  # the first deploy, on the box as found
 
     @property
     def hostvars(self) -> dict[str, Any]:
@@ -76,13 +104,12 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Box]:
 
 
 def test_fresh_box_one_deploy_reaches_ready(box: Box) -> None:
-    r = box.deploy()
+    r = box.first = box.deploy()
     assert r.code == 0, r.stdout + r.stderr
-    st = r.statuses("gpu-1")
-    assert st["health"] == "ok"
-    for stage in ("venv", "packages", "target", "drafter", "server", "ready"):
-        assert st[stage] == "changed", (stage, st)
+    assert r.statuses("gpu-1") == FIRST
+    assert [e for e in r.events if e["event"] == "command"]  # it ran plenty
     facts = r.summary["hosts"]["gpu-1"]["facts"]
+    assert facts["health"]["uvm"]["cuda_init"]["code"] == 0  # idle GPUs: cuInit ran in a process
     # the old compressed-tensors was upgraded before the launch
     installed = str(facts["packages"])
     assert "0.18.0" in installed and "0.8.1" not in installed
@@ -93,12 +120,23 @@ def test_fresh_box_one_deploy_reaches_ready(box: Box) -> None:
     assert box.data["hosts"]["gpu-1"]["host_key_policy"] == "strict"
 
 
-def test_second_deploy_changes_nothing(box: Box) -> None:
+def test_second_deploy_as_a_library_call_changes_nothing_and_runs_no_command(box: Box) -> None:
+    assert box.first is not None and box.first.code == 0, "needs the first deploy"
     pid = box.server_pid()
-    r = box.deploy()
-    assert r.code == 0, r.stderr
-    assert set(r.statuses("gpu-1").values()) == {"ok"}
-    assert not [e for e in r.events if e["event"] == "stage.apply"]
+    seen = Collector()
+    two = deploy(PLAYBOOK, box.inventory, run_dir=box.work / "runs-library", handlers=[seen])
+    assert two.exit_code == 0, two.summary
+    assert set(two.statuses("gpu-1").values()) == {"ok"}
+    assert {e.stage: e.status for e in seen.finished} == {stage: "ok" for stage in FIRST}
+    assert seen.applied == []
+    # a converged host answers from the agent alone: no command, so no interpreter, no pip,
+    # no huggingface_hub, no CUDA init process (the first deploy ran plenty)
+    assert seen.commands == [], [c.command[:80] for c in seen.commands]
+    uvm = two.summary["hosts"]["gpu-1"]["facts"]["health"]["uvm"]
+    assert uvm["cuda_init"] is None and uvm["open"]["ok"]  # proven by the agent's open()
+    assert two.summary_path.exists() and two.events_path.exists()
+    assert two.lock_path is not None
+    assert two.run_dir != box.first.run_dir
     assert box.server_pid() == pid
 
 

@@ -194,6 +194,10 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
         assert one.exit_code == 0, one.summary
         assert one.statuses(ROUTER) == {"router_venv": "changed", "router_packages": "changed",
                                         "router": "changed"}
+        # the handler got every (host, stage) result as a typed event, as the record has it
+        assert {(e.host, e.stage): e.status for e in first.finished} == {
+            (h, stage): status for h in [*REPLICAS, ROUTER]
+            for stage, status in one.statuses(h).items()}
         for h in REPLICAS:
             assert one.statuses(h)["server"] == "changed"
         facts = one.summary["hosts"][ROUTER]["facts"]["router"]
