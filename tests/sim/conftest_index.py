@@ -7,7 +7,8 @@ costs seconds of CPU). Import only the helpers (`Venv`, `clean_env`, `SIMHW_DOUB
 
 sim_wheels    folder with the stand-in wheels (built once per session)
 sim_index     a started PackageIndex over sim_wheels (loopback, free port)
-standin_venv  a REAL venv (python -m venv) with `sglang==0.5.23` pip-installed from sim_index;
+standin_venv  a REAL venv (python -m venv --without-pip, then the bundled pip and setuptools
+              wheels unpacked) with `sglang==0.5.23` pip-installed from sim_index;
               `.pip(...)` runs its pip against the index only, `.target(spec)` pip-installs a
               distribution into a separate folder for PYTHONPATH overlays
 simhw_double  folder holding a test double of the simulator's `simhw` module (SIMHW_TEST_*
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,11 +166,29 @@ def sim_index(sim_wheels: Path) -> Iterator[PackageIndex]:
         index.stop()
 
 
+def make_venv(root: Path) -> None:
+    """What `python -m venv ROOT` makes, without its ensurepip step, which has pip install and
+    byte-compile the bundled pip and setuptools wheels (~5 s of CPU): the same wheels are
+    unpacked into site-packages instead. Where Python has no bundled wheels: plain venv."""
+    import ensurepip
+
+    bundled = sorted(Path(ensurepip.__file__).parent.glob("_bundled/*.whl"))
+    if not any(w.name.startswith("pip-") for w in bundled):
+        subprocess.run([sys.executable, "-m", "venv", str(root)], env=clean_env(), check=True,
+                       timeout=120, capture_output=True)
+        return
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], env=clean_env(),
+                   check=True, timeout=120, capture_output=True)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    for wheel in bundled:
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(site)
+
+
 @pytest.fixture(scope="session")
 def standin_venv(tmp_path_factory: pytest.TempPathFactory, sim_index: PackageIndex) -> Venv:
     root = tmp_path_factory.mktemp("standin") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(root)], env=clean_env(), check=True,
-                   timeout=120, capture_output=True)
+    make_venv(root)
     venv = Venv(root, sim_index)
     venv.pip("install", "sglang==0.5.23")
     return venv
