@@ -75,7 +75,9 @@ from orchestrator.options import RunOptions
 from orchestrator.plan import Node, RenderedPlan
 from orchestrator.redact import REDACTOR, Redactor
 from orchestrator.result import Result
+from orchestrator.speculate import EarlyCheck, HeldLog, Speculation
 from orchestrator.stages.base import (
+    CheckResult,
     Converged,
     Stage,
     StageContext,
@@ -261,6 +263,8 @@ class Runner:
         self.redactor = redactor
         self.outcome = Outcome()
         self.preconnected = preconnected
+        self._speculations: dict[str, Speculation] = {}
+        self._epochs: dict[str, int] = {}
         self._cancel = threading.Event()
         self._pools: dict[str, _ConnectionPool] = {}
         self._lock = threading.Lock()
@@ -410,6 +414,16 @@ class Runner:
         """Run one host's stages in dependency order, independent ones concurrently."""
         sorter = TopologicalSorter(self.plan.graph(host))
         sorter.prepare()
+        self._speculate(host, stages, pool)
+        try:
+            self._walk_sorted(host, stages, pool, unreachable, sorter)
+        finally:
+            spec = self._speculations.pop(host, None)
+            if spec is not None:
+                spec.close()
+
+    def _walk_sorted(self, host: str, stages: dict[str, Node], pool: _ConnectionPool,
+                     unreachable: list[BaseException], sorter: TopologicalSorter[str]) -> None:
         blocked: dict[str, str] = {}
         running: dict[Future[str], str] = {}
         with ThreadPoolExecutor(max_workers=max(1, self.options.per_host),
@@ -589,9 +603,7 @@ class Runner:
 
     def _attempt(self, host: str, node: Node, transport: Transport, attempt: int,
                  facts: dict[str, Any], timings: dict[str, float]) -> tuple[str, str]:
-        spec, stage = node.spec, self._stages.get((host, node.spec.id))
-        assert stage is not None
-        sid = spec.id
+        sid = node.spec.id
 
         def observe(result: Result) -> None:
             self.bus.publish(CommandRan(
@@ -605,6 +617,24 @@ class Runner:
             if message:
                 self.bus.publish(StageProgress(host=host, stage=sid, message=message[:300]))
 
+        h, ctx, opened = self._stage_env(host, node, transport, observe, progress, facts,
+                                         structlog.get_logger(f"stage.{node.spec.kind}"))
+        try:
+            early = self._early(host, sid) if attempt == 1 else None
+            if early is not None:  # asked ahead of its turn, nothing changed since
+                early.tell(observe, ctx)
+            return self._check_apply(host, node, h, ctx, attempt, timings,
+                                     known=(early.verdict, early.check_s) if early else None)
+        finally:
+            for t in opened:
+                t.close()
+
+    def _stage_env(self, host: str, node: Node, transport: Transport,
+                   observe: Callable[[Result], None], progress: Callable[[str], None],
+                   facts: dict[str, Any], log: Any) -> tuple[Host, StageContext, list[Transport]]:
+        """The Host and StageContext a stage's check and apply get; the connections they open
+        to other hosts go into the list, for the caller to close."""
+        spec, sid = node.spec, node.spec.id
         variables = dict(self.plan.inventory.hosts[host].vars)
         h = Host(self.plan.inventory.hosts[host], transport, variables, observer=observe,
                  cancelled=self._cancel)
@@ -621,7 +651,7 @@ class Runner:
             return Host(other, t, dict(other.vars), observer=observe, cancelled=self._cancel)
 
         ctx = StageContext(
-            spec=spec, run_id=self.bus.run_id, log=structlog.get_logger(f"stage.{spec.kind}"),
+            spec=spec, run_id=self.bus.run_id, log=log,
             dry_run=self.options.dry_run, verify=self.options.verify, timeout=spec.timeout,
             facts=facts, progress=progress,
             secrets=self.redactor.values, env=node.env, open_host=open_host,
@@ -631,11 +661,51 @@ class Runner:
             locked=self.options.locked.get("stages", {}).get(sid, {})
             if self.options.locked is not None else None,
         )
+        return h, ctx, opened
+
+    # -- checks asked ahead of their turn (orchestrator.speculate) ----------------------------
+
+    def _speculate(self, host: str, stages: dict[str, Node], pool: _ConnectionPool) -> None:
+        """Ask now the checks of this host's stages whose kind allows it (see speculate)."""
+        kinds = [(sid, node) for sid, node in stages.items()
+                 if not node.skip_reason and node.check_cmd is None
+                 and getattr(self._stages.get((host, sid)), "speculative_check", False)]
+        if len(kinds) < 2:
+            return
         try:
-            return self._check_apply(host, node, h, ctx, attempt, timings)
+            transport = pool.acquire(pool.spec.connect_budget)
+        except OrchestratorError:
+            return
+        if not getattr(transport, "multiplexed", False):
+            pool.release(transport)
+            return
+        spec = self._speculations[host] = Speculation(lambda: self._epochs.get(host, 0))
+        for sid, node in kinds:
+            spec.start(sid, functools.partial(self._early_check, host, node, transport))
+
+    def _early_check(self, host: str, node: Node, transport: Transport,
+                     held: EarlyCheck) -> Any:
+        stage = self._stages[(host, node.spec.id)]
+        structlog.contextvars.bind_contextvars(host=host, stage=node.spec.id,
+                                               run_id=self.bus.run_id, attempt=1)
+        log = HeldLog(held)
+        h, ctx, opened = self._stage_env(host, node, transport, held.commands.append,
+                                         held.progress.append, held.facts, log)
+        ctx.ahead = True
+        try:
+            return stage.check(h, ctx)
         finally:
             for t in opened:
                 t.close()
+
+    def _early(self, host: str, sid: str) -> EarlyCheck | None:
+        spec = self._speculations.get(host)
+        return spec.take(sid) if spec is not None else None
+
+    def _changing(self, host: str) -> None:
+        """Before an apply: the early answers asked until now no longer hold on this host."""
+        with self._lock:
+            self._epochs[host] = self._epochs.get(host, 0) + 1
 
     def _read_only(self, host: str, sid: str, check: Callable[[], T]) -> T:
         """Run a check, asking again after a dropped connection (the host reconnects on demand).
@@ -656,23 +726,28 @@ class Runner:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _check_apply(self, host: str, node: Node, h: Host, ctx: StageContext,
-                     attempt: int, timings: dict[str, float]) -> tuple[str, str]:
+                     attempt: int, timings: dict[str, float],
+                     known: tuple[CheckResult, float] | None = None) -> tuple[str, str]:
         spec, sid = node.spec, node.spec.id
         stage = self._stages.get((host, sid))
         assert stage is not None
         t = time.monotonic()
-        if node.check_cmd is not None:
-            r = self._read_only(host, sid, lambda: h.run(
-                node.check_cmd, timeout=spec.timeout, become=spec.become, env=node.env))
-            if r.ok:
-                timings["check_s"] = round(time.monotonic() - t, 3)
-                return "ok", "check passed"
-        verdict = self._read_only(host, sid, lambda: stage.check(h, ctx))
-        timings["check_s"] = round(time.monotonic() - t, 3)
+        if known is not None:  # its early answer (still valid: nothing changed since)
+            verdict, timings["check_s"] = known
+        else:
+            if node.check_cmd is not None:
+                r = self._read_only(host, sid, lambda: h.run(
+                    node.check_cmd, timeout=spec.timeout, become=spec.become, env=node.env))
+                if r.ok:
+                    timings["check_s"] = round(time.monotonic() - t, 3)
+                    return "ok", "check passed"
+            verdict = self._read_only(host, sid, lambda: stage.check(h, ctx))
+            timings["check_s"] = round(time.monotonic() - t, 3)
         if isinstance(verdict, Converged):
             return "ok", verdict.reason
         if self.options.dry_run:
             return "would-change", verdict.reason
+        self._changing(host)
         self.bus.publish(StageApply(host=host, stage=sid, attempt=attempt,
                                     reason=verdict.reason))
         if verdict.plan is not None:  # what check() found and decided (Needed.plan)

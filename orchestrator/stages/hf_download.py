@@ -120,6 +120,8 @@ class HfDownloadParams(Params):
 class HfDownloadStage(Stage, kind="hf_download"):
     """Download one revision of a hub repo to a folder on the host and prove it is complete."""
 
+    speculative_check = True
+
     Params = HfDownloadParams
     params: HfDownloadParams
     _commit: str | None = None

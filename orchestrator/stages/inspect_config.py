@@ -119,6 +119,8 @@ def _number(value: Any) -> bool:
 class InspectConfigStage(Stage, kind="inspect_config"):
     """Fail early, listing every mismatch, when a JSON config does not have the expected values."""
 
+    speculative_check = True
+
     Params = InspectConfigParams
     params: InspectConfigParams
 

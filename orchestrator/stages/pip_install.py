@@ -130,6 +130,8 @@ class PipInstallParams(Params):
 class PipInstallStage(Stage, kind="pip_install"):
     """Install or upgrade distributions until every requirement is satisfied."""
 
+    speculative_check = True
+
     Params = PipInstallParams
     params: PipInstallParams
     _python_error: str = ""

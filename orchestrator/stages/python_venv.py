@@ -107,6 +107,8 @@ class VenvLook:
 class PythonVenvStage(Stage, kind="python_venv"):
     """Create or repair a virtual environment until its python and pip both work."""
 
+    speculative_check = True
+
     Params = PythonVenvParams
     params: PythonVenvParams
 

@@ -205,6 +205,8 @@ class LaunchPlan:
 class SGLangServer(Stage, kind="sglang_server"):
     """Run one SGLang server per host, with preflight, fingerprint and graceful restarts."""
 
+    speculative_check = True
+
     Params = SGLangServerParams
     params: SGLangServerParams
 
@@ -305,6 +307,8 @@ class SGLangServer(Stage, kind="sglang_server"):
                 desired: Desired, venv: VenvVersions, gpu: GpuHealth | None) -> Needed:
         """A launch is needed: refuse it now if it cannot work; say who else holds GPUs."""
         p = self.params
+        if ctx.ahead:  # only a Converged early answer is used: the preflight waits its turn
+            return Needed(reason)
         mode = self._launch_mode(host)
         report = None
         if p.preflight != "off":

@@ -90,6 +90,8 @@ class WaitReadyParams(Params):
 class WaitReady(Stage, kind="wait_ready"):
     """Wait until SGLang answers, then verify architectures, a chat reply and the accept length."""
 
+    speculative_check = True
+
     Params = WaitReadyParams
     params: WaitReadyParams
 
