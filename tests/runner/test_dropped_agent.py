@@ -9,12 +9,16 @@ anything, and the runner then takes the lock again.
 
 Real OpenSSH on loopback: the stage's first attempt stops its own agent (SIGSTOP), so the client
 declares the connection dead after missed heartbeats while that agent still lives, holding the
-lock, with the command running: it would touch a `late` file after 4 s.
+lock, with the command running: it would touch a `late` file once its `sleep` (a unique
+duration of 300+ s, so that the command can be found by its command line) is over. The test
+asserts that no process of the command is left, not that some seconds passed without `late`:
+a loaded machine may take seconds to notice the dead connection.
 """
 
 from __future__ import annotations
 
-import time
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,8 @@ from orchestrator.runner import Runner, RunOptions
 from orchestrator.sim.procs import alive
 from orchestrator.transports.ssh import SSHTransport
 from tests.runner.helpers import write_yaml
-from tests.sshd import SSHDFactory
+from tests.sshd import SSHDFactory, pids_matching
+from tests.transports.helpers import gone, unique_sleep_arg
 
 
 def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
@@ -35,8 +40,9 @@ def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
     spec = server.host_spec()
     lock = Path(spec.lock_path)
     mark, late, old = tmp_path / "cut", tmp_path / "late", tmp_path / "old-agent"
+    nap = unique_sleep_arg()
     run = (f"if [ ! -e {mark} ]; then touch {mark}; echo $PPID > {old}; kill -STOP $PPID; "
-           f"sleep 4; touch {late}; exit 0; fi; "
+           f"sleep {nap}; touch {late}; exit 0; fi; "
            f"grep -q '\"agent_pid\": '$PPID'[,}}]' {lock}")  # the new agent holds the lock
     pb = write_yaml(tmp_path / "pb.yaml", {"name": "dropped", "stages": [
         {"id": "cut", "run": run, "retry": {"attempts": 2, "delay": 0, "on": ["connection"]}}]})
@@ -54,20 +60,21 @@ def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
 
     configure(RunLog(bus.run_id, [events.append]))  # the transport's log lines, as in the CLI
     try:
-        t0 = time.monotonic()
         outcome = Runner(render_plan(plan, {}), bus, options=RunOptions(),
                          transport_factory=factory).run()
+        names = [e["event"] for e in events]
+        assert outcome.exit_code == 0, [e for e in events if e["event"] == "stage.end"]
+        end = next(e for e in events if e["event"] == "stage.end")
+        assert end["status"] == "changed" and end["attempts"] == 2
+        old_pid = int(old.read_text())
+        retired = [e for e in events if e["event"] == "transport.agent_retired"]
+        assert [(e["pid"], e["exited"]) for e in retired] == [(old_pid, True)]
+        assert names.index("transport.agent_retired") < names.index("host.lock_retaken")
+        assert not alive(old_pid)
+        # the cut command went with its agent: no process of it is left, it never touched `late`
+        assert gone(nap), pids_matching(nap)
+        assert not late.exists()
     finally:
         configure(None)
-    names = [e["event"] for e in events]
-    assert outcome.exit_code == 0, [e for e in events if e["event"] == "stage.end"]
-    end = next(e for e in events if e["event"] == "stage.end")
-    assert end["status"] == "changed" and end["attempts"] == 2
-    old_pid = int(old.read_text())
-    retired = [e for e in events if e["event"] == "transport.agent_retired"]
-    assert [(e["pid"], e["exited"]) for e in retired] == [(old_pid, True)]
-    assert names.index("transport.agent_retired") < names.index("host.lock_retaken")
-    assert not alive(old_pid)
-    # the cut command went with its agent: it never touched `late`
-    time.sleep(max(0.0, 4.5 - (time.monotonic() - t0)))
-    assert not late.exists()
+        for pid in pids_matching(nap):  # only when the test fails: the cut command lived on
+            os.kill(pid, signal.SIGKILL)
