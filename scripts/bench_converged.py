@@ -360,6 +360,24 @@ class Bench:
         return Run(tool, n, repeat, round(wall, 3), rc, ok, why, round(rss, 1), round(cpu, 2),
                    round(busy, 2), str(log))
 
+    def first_connect(self, repeat: int) -> dict[str, Any]:
+        """Seconds from exec to our first SSH connect() at 1 host (scripts/first_connect.py),
+        each run a whole converged deploy; the median is printed."""
+        env = {**os.environ, "ORCHESTRATOR_RUN_DIR": str(self.work / "runs" / "first")}
+        argv = [sys.executable, str(REPO / "scripts/first_connect.py"), "deploy",
+                str(PLAYBOOK), "-i", str(self.inventory_path), "--limit", self.names(1)[0]]
+        seen: list[float] = []
+        for _ in range(repeat):
+            env["ORCH_T0"] = repr(time.time())
+            p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
+                               timeout=self.args.timeout)
+            seen += [float(line.split()[1]) for line in p.stderr.splitlines()
+                     if line.startswith("first-connect-s ")]
+        median = statistics.median(seen) if seen else None
+        print(f"  1 host   orchestrator      first SSH connect after exec: "
+              f"{', '.join(f'{s:.3f}' for s in seen)} s (median {median})", flush=True)
+        return {"runs_s": seen, "median_s": median}
+
     def floor_script(self, n: int) -> str:
         lines = ["pids=()"]
         for h in self.specs[n]["hosts"]:
@@ -623,6 +641,7 @@ def main() -> int:
                           f"{r.maxrss_mib:5.0f} MiB  {status}", flush=True)
                     if not r.ok:
                         print(_tail(Path(r.log)), flush=True)
+        first = bench.first_connect(args.repeat) if "orchestrator" in tools else None
         load.update(background_cores_after=background_cores(),
                     loadavg_after=os.getloadavg()[0])
         rows = summarize(runs, sizes, tools)
@@ -645,6 +664,7 @@ def main() -> int:
                              "command": bench.orchestrator[-1]},
             "anchors": {t: list(PINS[t]) for t in PINS if t in tools},
             "repeat": args.repeat, "sizes": sizes, "tools": tools, "negative": checked,
+            "first_connect_s": first,
             "load": load,
             "ok": all_ok, "took_s": round(time.monotonic() - started, 1),
             "results": [asdict(r) for r in rows],
