@@ -31,6 +31,8 @@ from orchestrator.sim.wheels import build_standin_wheels
 
 SIMHW_DOUBLE = '''
 """Test double of the simulator's simhw module (configured by SIMHW_TEST_* variables)."""
+import contextlib
+import fcntl
 import json
 import os
 
@@ -54,9 +56,24 @@ def _read():
 def _write(state):
     path = _env("STATE", "")
     if path:
-        with open(path + ".tmp", "w") as fh:
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as fh:
             json.dump(state, fh)
-        os.replace(path + ".tmp", path)
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _state():
+    """The allocations, read and written back under a lock: the ranks of a multi-node group
+    allocate at the same moment (unlocked, one lost the other's entry or its temp file)."""
+    path = _env("STATE", "")
+    with contextlib.ExitStack() as stack:
+        if path:
+            lock = stack.enter_context(open(path + ".lock", "a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        state = _read()
+        yield state
+        _write(state)
 
 
 def cuda_init():
@@ -81,15 +98,13 @@ def allocate(pid, mib, gpus):
         raise OutOfMemory("CUDA out of memory. Tried to allocate %d MiB. GPU %d has a total "
                           "capacity of %s MiB of which %d MiB is free."
                           % (mib, gpus[0], _env("MEM_MIB", "97887"), free))
-    state = _read()
-    state[str(pid)] = {"mib": mib, "gpus": list(gpus)}
-    _write(state)
+    with _state() as state:
+        state[str(pid)] = {"mib": mib, "gpus": list(gpus)}
 
 
 def release(pid):
-    state = _read()
-    state.pop(str(pid), None)
-    _write(state)
+    with _state() as state:
+        state.pop(str(pid), None)
 
 
 def time_scale():
