@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 import orchestrator.stages  # noqa: F401 - hands the stage kinds to config (tests load playbooks)
 from orchestrator.config.model import HostSpec
@@ -40,6 +41,15 @@ from tests.sim.conftest_index import (  # noqa: F401 - session fixtures, defined
     standin_venv,
 )
 from tests.sshd import SSHDFactory, SSHServer, sshd_unavailable
+
+
+@pytest.fixture(autouse=True)
+def structlog_defaults() -> None:
+    """Every test starts with structlog's default configuration. `orchestrator.deploy.deploy()`
+    (and the CLI's `configure`) leave a WARNING filter behind in the process, under which
+    `structlog.testing.capture_logs()` sees no info events: a later test of the same worker
+    that looks for one would fail, depending on which modules that worker ran before."""
+    structlog.reset_defaults()
 
 
 @pytest.fixture
