@@ -25,6 +25,7 @@ sim_wheels, sim_index, standin_venv, simhw_double
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,3 +79,17 @@ def agent() -> Iterator[LocalTransport]:
         yield t
     finally:
         t.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> object:
+    """Collect with bytecode writing on, whatever PYTHONDONTWRITEBYTECODE says: pytest then
+    keeps the assertion-rewritten test modules in __pycache__ (it reads them back in any case),
+    instead of every worker of every run rewriting all of them again (~2 s of CPU per worker;
+    `make test`'s compileall does not make these). Subprocesses keep the environment's choice."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = saved
