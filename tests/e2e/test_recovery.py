@@ -405,7 +405,9 @@ def test_reboot_of_a_converged_box_then_the_same_deploy_changes_only_what_it_bro
 
 def test_deploy_while_the_box_is_down_waits_for_ssh_then_completes(box: Box) -> None:
     overrides = box.ensure_converged()
-    fault = box.reboot(down_seconds=8.0, wait=False)
+    # down long enough for the short deploy below to start and find it down on a loaded machine
+    # (8 s was not, under twice the suite's own load)
+    fault = box.reboot(down_seconds=12.0, wait=False)
     waiting = box.start("--wait-for-host", "60s", overrides=overrides)
     # meanwhile, with a short wait the host is reported unreachable and nothing runs
     short = box.deploy("--wait-for-host", "0.5s", overrides=overrides)
