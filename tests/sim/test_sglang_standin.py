@@ -18,7 +18,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 
 from orchestrator.sim.hubrepos import eagle3_config
@@ -242,6 +241,8 @@ def test_serves_like_sglang_from_load_to_shutdown(launcher: Launcher, models) ->
     assert info["architectures"] == ["KimiK25ForConditionalGeneration"]
     assert info["model_path"] == models["k26"] and info["is_generation"] is True
     assert server.get("/ready", key=API_KEY)[0] == 200  # 0.5.23 has /ready
+
+    import openai  # here, not at the top: its import costs every worker ~0.5 s
 
     client = openai.OpenAI(base_url=server.base + "/v1", api_key=API_KEY, max_retries=0)
     reply = client.chat.completions.create(

@@ -18,7 +18,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import pytest
 
 from tests.sglang.simhost import K2_CONFIG
@@ -353,6 +352,8 @@ def test_openai_spec_tokens_details_from_0_5_19(servers) -> None:
         "model": SERVED, "prompt": "x", "max_tokens": 20, "return_spec_tokens_details": True})
     assert reply["sglext"]["spec_tokens_details"]["spec_verify_ct"] >= 1
     # the real client: the extension rides in model_extra
+    import openai  # here, not at the top: its import costs every worker ~0.5 s
+
     client = openai.OpenAI(base_url=servers["0.5.23"].base + "/v1", api_key=API_KEY,
                            max_retries=0)
     reply = client.chat.completions.create(
