@@ -90,7 +90,8 @@ def python_info() -> dict:
         "version": ".".join(map(str, sys.version_info[:3])),
         "version_info": list(sys.version_info[:3]),
         "executable": sys.executable,
-        # platform.python_implementation()'s names, without importing platform (~2 ms here)
+        # platform.python_implementation()'s names (CPython 3.11 Lib/platform.py:1062-1081),
+        # without importing platform (~2 ms here)
         "implementation": {"cpython": "CPython", "pypy": "PyPy"}.get(
             sys.implementation.name, sys.implementation.name),
     }
