@@ -3,7 +3,7 @@
 Read-only probes shipped with the agent (see `orchestrator.remote.probes`); what starts and stops
 the server is in `orchestrator.remote.actions`, the supervisor in `orchestrator.remote.supervisor`:
 
-    http            one HTTP request with urllib (no proxies): status, headers, body; a refused
+    http            one HTTP request (no proxies): status, headers, body; a refused
                     connection is reported as error "connection refused", never raised
     server_status   pid file + liveness (not a recycled pid: start time compared), exit record,
                     who listens on host:port (ours or not), /health, fingerprint, log tail
@@ -261,27 +261,135 @@ def _error_text(exc) -> str:
     return f"{name}: {reason}"
 
 
-@probe("http")
-def http(url: str, method: str = "GET", headers=None, body=None, timeout: float = 10.0,
-         max_bytes: int = 4 << 20) -> dict:
-    """One HTTP request; never raises for HTTP or connection errors.
+class BadStatusLine(Exception):
+    """The answer did not start with an HTTP status line (named as http.client's error)."""
 
-    Returns {"status": int | None, "headers": {...}, "body": text, "error": None | "connection
-    refused" | "timed out" | ..., "elapsed": seconds}.
-    """
+
+class IncompleteRead(Exception):
+    """The server closed the connection before the body it announced had come."""
+
+
+#: what urllib.request sends with every request (CPython 3.11 Lib/urllib/request.py:1717 the
+#: User-Agent, :1327 Connection: close; Lib/http/client.py:1207 Accept-Encoding: identity)
+_URLLIB_HEADERS = {"User-Agent": "Python-urllib/{}.{}".format(*sys.version_info[:2]),
+                   "Accept-Encoding": "identity", "Connection": "close"}
+_MAXLINE = 65536  # http.client's line limit (Lib/http/client.py:111)
+
+
+def _split_http_url(url: str):
+    """(host, port, Host header, request target) of a plain http:// URL; None for anything the
+    few lines below do not handle (https, user info, non-ASCII, a bad port): urllib does."""
+    if not url.startswith("http://") or not url.isascii():
+        return None
+    rest = url[len("http://"):].split("#", 1)[0]
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, target = rest[:cut], rest[cut:]
+    if not netloc or "@" in netloc:
+        return None
+    if netloc.startswith("["):  # an IPv6 literal: [::1]:8000
+        host, _, after = netloc[1:].partition("]")
+        if after and not after.startswith(":"):
+            return None
+        port = after[1:]
+    else:
+        host, _, port = netloc.partition(":")
+    if not host or (port and not port.isdigit()):
+        return None
+    target = target if target.startswith("/") else "/" + target
+    return host, int(port or 80), netloc, target
+
+
+def _read_head(fp):
+    """Status and headers of an HTTP/1.x answer, skipping `100 Continue` as http.client does
+    (Lib/http/client.py:285-315 _read_status, :318-334 begin)."""
+    while True:
+        line = fp.readline(_MAXLINE + 1)
+        if not line:
+            raise ConnectionResetError("Remote end closed connection without response")
+        parts = line.decode("iso-8859-1").split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit() \
+                or not 100 <= int(parts[1]) <= 999:
+            raise BadStatusLine(line.decode("iso-8859-1").strip())
+        headers = {}
+        for _ in range(101):  # http.client allows 100 headers (:112)
+            field = fp.readline(_MAXLINE + 1)
+            if field in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = field.decode("iso-8859-1").partition(":")
+            headers[name.strip()] = value.strip()
+        if int(parts[1]) != 100:
+            return int(parts[1]), headers
+
+
+def _read_body(fp, status: int, headers: dict, method: str, max_bytes: int) -> bytes:
+    """Up to MAX_BYTES of the body, framed as RFC 9112 section 6.3 says and http.client reads
+    it (Lib/http/client.py:350-379): none for HEAD, 1xx, 204 and 304; chunked; Content-Length;
+    else until the server closes."""
+    lower = {k.lower(): v for k, v in headers.items()}
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return b""
+    if lower.get("transfer-encoding", "").lower() == "chunked":
+        parts, total = [], 0
+        while total < max_bytes:
+            size = int(fp.readline(_MAXLINE + 1).split(b";", 1)[0], 16)
+            if size == 0:
+                break
+            chunk = fp.read(size)
+            if len(chunk) < size:
+                raise IncompleteRead(f"{len(chunk)} bytes read, {size - len(chunk)} more expected")
+            parts.append(chunk)
+            total += size
+            fp.readline(_MAXLINE + 1)  # the CRLF after each chunk
+        return b"".join(parts)[:max_bytes]
+    length = lower.get("content-length", "")
+    if not length.strip().isdigit():
+        return fp.read(max_bytes)
+    want = min(int(length), max_bytes)
+    data = fp.read(want)
+    if len(data) < want:
+        raise IncompleteRead(f"{len(data)} bytes read, {want - len(data)} more expected")
+    return data
+
+
+def _plain_http(url: str, method: str, headers: dict, data, timeout: float, max_bytes: int,
+                out: dict) -> bool:
+    """A GET or HEAD of a plain http:// URL over one socket, filling OUT as `http` does; False
+    (OUT untouched) when urllib must do it: another method or URL, or a redirect (urllib
+    follows 301/302/303/307/308 for GET and HEAD: Lib/urllib/request.py:653-670).
+
+    The agent's health and model checks are such requests. Importing urllib.request and
+    http.client (email, ssl, calendar, base64) costs the agent ~35 ms of CPU, a fifth of what
+    it spends on a converged host; this costs a socket."""
+    parts = _split_http_url(url) if method in ("GET", "HEAD") and data is None else None
+    if parts is None:
+        return False
+    host, port, netloc, target = parts
+    send = dict(_URLLIB_HEADERS, Host=netloc)
+    send.update(headers)
+    fields = "".join(f"{name}: {value}\r\n" for name, value in send.items())
+    head = f"{method} {target} HTTP/1.1\r\n{fields}\r\n"
+    # bytes, not str: socket.getaddrinfo would encode a str host with the idna codec
+    # (Modules/socketmodule.c socket_getaddrinfo), importing unicodedata
+    with socket.create_connection((host.encode("ascii"), port), timeout=timeout) as sock:
+        sock.sendall(head.encode("iso-8859-1"))
+        with sock.makefile("rb") as fp:
+            status, got = _read_head(fp)
+            if status in (301, 302, 303, 307, 308):
+                return False
+            out["status"], out["headers"] = status, got
+            out["body"] = _read_body(fp, status, got, method, max_bytes).decode(
+                "utf-8", "replace")
+    return True
+
+
+def _urllib_http(url: str, method: str, headers: dict, data, timeout: float, max_bytes: int,
+                 out: dict) -> None:
     import urllib.error
     import urllib.request
 
-    data = None
-    if body is not None:
-        data = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-    if data is not None and not req.has_header("Content-type"):
-        req.add_header("Content-Type", "application/json")
-    t0 = time.monotonic()
-    out = {"status": None, "headers": {}, "body": "", "error": None}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with _no_proxy_opener().open(req, timeout=float(timeout)) as resp:
+        with _no_proxy_opener().open(req, timeout=timeout) as resp:
             out["status"] = resp.status
             out["headers"] = dict(resp.headers.items())
             out["body"] = resp.read(max_bytes).decode("utf-8", "replace")
@@ -292,6 +400,28 @@ def http(url: str, method: str = "GET", headers=None, body=None, timeout: float 
             out["body"] = exc.read(max_bytes).decode("utf-8", "replace")
         except Exception:  # noqa: BLE001 - the status is what matters
             out["body"] = ""
+
+
+@probe("http")
+def http(url: str, method: str = "GET", headers=None, body=None, timeout: float = 10.0,
+         max_bytes: int = 4 << 20) -> dict:
+    """One HTTP request; never raises for HTTP or connection errors. Plain http:// GETs go
+    over a socket (`_plain_http`), anything else through urllib (no proxies).
+
+    Returns {"status": int | None, "headers": {...}, "body": text, "error": None | "connection
+    refused" | "timed out" | ..., "elapsed": seconds}.
+    """
+    data = None
+    if body is not None:
+        data = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode()
+    headers = dict(headers or {})
+    if data is not None and not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/json"
+    t0 = time.monotonic()
+    out = {"status": None, "headers": {}, "body": "", "error": None}
+    try:
+        if not _plain_http(url, method, headers, data, float(timeout), max_bytes, out):
+            _urllib_http(url, method, headers, data, float(timeout), max_bytes, out)
     except Exception as exc:  # noqa: BLE001 - reported as data, never raised
         out["error"] = _error_text(exc)
     out["elapsed"] = round(time.monotonic() - t0, 4)
