@@ -56,6 +56,37 @@ BOOKKEEPING = (".cache", ".orchestrator")
 _API_KIND = {"model": "models", "dataset": "datasets", "space": "spaces"}
 
 
+#: what urllib.parse.quote(text, safe="") leaves as is (CPython 3.11 Lib/urllib/parse.py:805)
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def _quote(text: str) -> str:
+    """urllib.parse.quote(text, safe=""), without importing urllib."""
+    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in text.encode("utf-8"))
+
+
+def _plain_answer(url: str, headers: dict, proxies, timeout: float):
+    """The hub's answer through the agent's socket `http` probe (remote/server.py
+    _plain_http: no urllib, ssl or email to import) when urllib would go straight to the URL
+    too: a plain http:// endpoint and no proxy at all, neither given nor in the environment
+    (any `*_proxy` variable, as urllib.request.getproxies_environment reads them,
+    Lib/urllib/request.py:2499-2528): the body text, or {"error", "status"}. None otherwise,
+    or when not shipped with the agent."""
+    if not url.startswith("http://") or proxies or \
+            any(k.lower().endswith("_proxy") for k in os.environ):
+        return None
+    try:
+        from orchestrator.remote.server import http
+    except ImportError:
+        return None
+    answer = http(url, headers=headers, timeout=timeout)
+    if answer["error"]:
+        return {"error": answer["error"], "status": None}
+    if not 200 <= answer["status"] < 300:  # urllib raises HTTPError for these
+        return {"error": f"HTTP {answer['status']}", "status": answer["status"]}
+    return answer["body"]
+
+
 @probe("hf_revision")
 def hf_revision(endpoint: str, repo: str, revision: str, repo_type: str = "model",
                 token=None, proxies=None, timeout: float = 30.0) -> dict:
@@ -67,27 +98,44 @@ def hf_revision(endpoint: str, repo: str, revision: str, repo_type: str = "model
     {"commit"} or {"error": text, "status": HTTP status or None}: the stage then asks
     huggingface_hub itself, whose errors it knows how to explain.
     """
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
     url = "{}/api/{}/{}/revision/{}".format(
-        endpoint.rstrip("/"), _API_KIND.get(repo_type, "models"), repo,
-        urllib.parse.quote(revision, safe=""))
-    req = urllib.request.Request(url, headers={"authorization": "Bearer " + token}
-                                 if token else {})
-    handlers = [urllib.request.ProxyHandler({**urllib.request.getproxies(),
-                                             **dict(proxies or {})})]
+        endpoint.rstrip("/"), _API_KIND.get(repo_type, "models"), repo, _quote(revision))
+    headers = {"authorization": "Bearer " + token} if token else {}
+    plain = _plain_answer(url, headers, proxies, float(timeout))
+    if isinstance(plain, dict):
+        return plain
     try:
-        with urllib.request.build_opener(*handlers).open(req, timeout=float(timeout)) as resp:
-            sha = json.loads(resp.read(4 << 20).decode("utf-8")).get("sha")
-    except urllib.error.HTTPError as exc:
-        return {"error": f"HTTP {exc.code}", "status": exc.code}
+        body = plain if plain is not None else _urllib_get(url, headers, proxies, float(timeout))
+        sha = json.loads(body).get("sha")
+    except _HTTPStatus as exc:
+        return {"error": f"HTTP {exc.status}", "status": exc.status}
     except Exception as exc:  # noqa: BLE001 - reported as data
         return {"error": f"{type(exc).__name__}: {exc}", "status": None}
     if not (isinstance(sha, str) and COMMIT_RE.match(sha)):
         return {"error": "no commit in the hub's answer", "status": None}
     return {"commit": sha}
+
+
+class _HTTPStatus(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def _urllib_get(url: str, headers: dict, proxies, timeout: float) -> str:
+    """GET URL with urllib through the environment's proxies and PROXIES; the body text
+    (_HTTPStatus for an HTTP error status)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, headers=headers)
+    handlers = [urllib.request.ProxyHandler({**urllib.request.getproxies(),
+                                             **dict(proxies or {})})]
+    try:
+        with urllib.request.build_opener(*handlers).open(req, timeout=timeout) as resp:
+            return resp.read(4 << 20).decode("utf-8")
+    except urllib.error.HTTPError as exc:
+        raise _HTTPStatus(exc.code) from None
 
 
 def _rehash(path: str, size: int, recorded: str) -> str:

@@ -303,6 +303,10 @@ stages:
     assert all(TOKEN not in text for text in outputs)
 
 
+#: a proxy for https only: the http:// test hub is still reached directly, through urllib
+OTHER = {"https": "http://127.0.0.1:9"}
+
+
 def test_agent_resolves_branches_as_huggingface_hub_does(hub, hub_data) -> None:
     """The converged check's stdlib request (remote/hfcheck.py hf_revision) and the real
     huggingface_hub client name the same commit for every ref, gated or not, and both fail on
@@ -320,11 +324,17 @@ def test_agent_resolves_branches_as_huggingface_hub_does(hub, hub_data) -> None:
         hub.set_fault(HUB_GATED, gated)
         for ref, commit in refs.items():
             ours = hf_revision(hub.url, EAGLE3_REPO, ref, token=TOKEN, proxies={})
+            # a proxy given (for another scheme) takes urllib's path instead of the socket one
+            via_urllib = hf_revision(hub.url, EAGLE3_REPO, ref, token=TOKEN, proxies=OTHER)
             theirs = api.repo_info(EAGLE3_REPO, revision=ref, token=TOKEN).sha
-            assert ours == {"commit": commit} and theirs == commit
-    assert hf_revision(hub.url, EAGLE3_REPO, "main", token=None)["status"] == 401  # gated
+            assert ours == via_urllib == {"commit": commit} and theirs == commit
+    for proxies in ({}, OTHER):
+        gated = hf_revision(hub.url, EAGLE3_REPO, "main", token=None, proxies=proxies)
+        assert gated == {"error": "HTTP 401", "status": 401}
     hub.set_fault(HUB_GATED, False)
-    assert hf_revision(hub.url, EAGLE3_REPO, "no-such-branch")["status"] == 404
+    for proxies in ({}, OTHER):
+        missing = hf_revision(hub.url, EAGLE3_REPO, "no-such-branch", proxies=proxies)
+        assert missing == {"error": "HTTP 404", "status": 404}
     with pytest.raises(RevisionNotFoundError):
         api.repo_info(EAGLE3_REPO, revision="no-such-branch")
 
