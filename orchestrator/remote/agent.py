@@ -48,10 +48,8 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import traceback
 import types
 
 PROTOCOL = 1
@@ -398,6 +396,7 @@ def _cache_path(source: bytes, filename: str) -> str:
 def _cache_store(path: str, code) -> None:
     """Keep CODE marshalled at PATH (atomically); best effort: a read-only home keeps none."""
     import marshal
+    import tempfile
 
     tmp = None
     try:
@@ -656,6 +655,8 @@ class Agent:
         try:
             handler(header, body)
         except Exception as exc:
+            import traceback
+
             self.io.send({
                 "t": "error", "id": rid, "kind": "exception",
                 "message": f"{type(exc).__name__}: {exc}",
@@ -720,6 +721,8 @@ class Agent:
             st = os.stat(path)
         except FileNotFoundError:
             st = None
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=directory)
         with self.lock:
@@ -963,6 +966,8 @@ def main(source: bytes) -> None:
     except (ChannelClosed, Shutdown):
         pass
     except BaseException:
+        import traceback
+
         traceback.print_exc()
         code = 1
     try:

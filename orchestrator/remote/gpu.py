@@ -20,7 +20,6 @@ import errno
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -418,6 +417,8 @@ def _smi_query(smi: str, mode: str, fields, timeout: float) -> tuple:
 
 def _smi_facts(smi: str, timeout: float) -> tuple:
     """(facts or None, {"path", "error"})."""
+    import shutil  # only here: with NVML answering, a converged host never needs it
+
     path = shutil.which(smi) if os.sep not in smi else (smi if os.path.exists(smi) else None)
     if path is None:
         return None, {"path": None, "error": f"{smi} not found on PATH"}
