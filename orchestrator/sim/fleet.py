@@ -256,7 +256,7 @@ class Daemon:
         tools = self.hostenv / "tools"
         py = shlex.quote(str(self.host_python))
         wrappers = {
-            "bin": {"nvidia-smi": "nvidia_smi.py", "dmesg": "dmesg.py"},
+            "bin": {"nvidia-smi": "nvidia_smi.py"},
             "bin-hv": {"pct": "hvtools.py pct", "nvidia-modprobe": "hvtools.py nvidia-modprobe",
                        "mknod": "hvtools.py mknod"},
         }
@@ -268,6 +268,15 @@ class Daemon:
                 path = self.hostenv / sub / name
                 path.write_text(f"#!/bin/sh\n# simulated {name}\nexec {line} \"$@\"\n")
                 path.chmod(0o755)
+        # dmesg prints the ring buffer simhw.write_state keeps as text beside the host's state
+        # (a C program on a real host: a Python one cost each host check ~25 ms of CPU)
+        dmesg = self.hostenv / "bin" / "dmesg"
+        dmesg.write_text(
+            "#!/bin/sh\n# simulated dmesg\n"
+            "case \" $* \" in *\" -C \"*|*\" -c \"*|*\" --clear \"*)\n"
+            f"  exec {py} -S {shlex.quote(str(tools / 'dmesg.py'))} \"$@\" ;;\nesac\n"
+            "exec cat \"${SIM_HOST_STATE%/*}/kmsg\"\n")
+        dmesg.chmod(0o755)
         sudo = self.hostenv / "bin" / "sudo"
         sudo.write_text(
             "#!/bin/sh\n# simulated sudo: commands already run as the SSH user\n"
