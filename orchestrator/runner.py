@@ -127,6 +127,17 @@ class Outcome:
         return EXIT_OK
 
 
+def _lock_holder(transport: Transport) -> tuple[int, Any, Any, Any] | None:
+    """Who holds a deploy lock taken through TRANSPORT: its agent process (pid, start time and
+    boot id, from the agent's hello), which keeps the lock until it releases it or ends
+    (remote/actions.py lock_acquire); None when the transport names no agent. A connection
+    re-opened after a drop has a new agent, and so takes the lock again."""
+    info = getattr(transport, "agent_info", None) or {}
+    if not info.get("pid"):
+        return None
+    return (id(transport), info.get("pid"), info.get("starttime"), info.get("boot_id"))
+
+
 class _ConnectionPool:
     """The connections to one host.
 
@@ -267,6 +278,8 @@ class Runner:
         self._epochs: dict[str, int] = {}
         self._cancel = threading.Event()
         self._pools: dict[str, _ConnectionPool] = {}
+        #: agents known to hold their host's deploy lock for this run (`_lock_holder`)
+        self._lock_holders: set[tuple[int, Any, Any, Any]] = set()
         self._lock = threading.Lock()
         for secrets in rendered.secrets.values():
             redactor.add(*secrets)
@@ -501,7 +514,14 @@ class Runner:
         """
         if self.options.dry_run:
             return
+        holder = _lock_holder(transport)
+        with self._lock:
+            if holder is not None and holder in self._lock_holders:
+                return  # this very agent took it for this run: it holds it until it ends
         res = transport.act("lock_acquire", path=spec.lock_path, owner=self._owner)
+        if res.get("acquired") and holder is not None:
+            with self._lock:
+                self._lock_holders.add(holder)
         if res.get("acquired"):
             prev = res.get("previous") or {}
             if prev.get("run_id") not in (None, self.bus.run_id):
