@@ -10,44 +10,68 @@
     json_schema("playbook" | "inventory") -> dict
 
 Every problem is a `ConfigError` whose `ConfigProblem`s name file:line:column.
+
+The names above are loaded on first use (PEP 562): importing one submodule, e.g.
+`orchestrator.config.model`, does not import the others. A deploy reads its inventory and starts
+connecting before it needs the playbook's loader, so only what that takes is imported first.
 """
 
-from orchestrator.config.loader import (
-    load_all,
-    load_inventory,
-    load_playbook,
-    load_playbook_alone,
-    validate_params,
-)
-from orchestrator.config.model import (
-    GroupSpec,
-    HostSpec,
-    HypervisorSpec,
-    Inventory,
-    Playbook,
-    RetrySpec,
-    StageSpec,
-    parse_duration,
-)
-from orchestrator.config.schema import json_schema
-from orchestrator.config.templating import (
-    Raw,
-    evaluate_condition,
-    is_template,
-    render_shell,
-    render_string,
-    render_value,
-    undeclared,
-)
-from orchestrator.config.variables import (
-    BUILTINS,
-    builtin_variables,
-    group_names,
-    host_variables,
-    parse_cli_vars,
-    secret_values,
-)
-from orchestrator.config.yamlsrc import YamlDoc, load_yaml, load_yaml_text
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.config.loader import (
+        load_all,
+        load_inventory,
+        load_playbook,
+        load_playbook_alone,
+        validate_params,
+    )
+    from orchestrator.config.model import (
+        GroupSpec,
+        HostSpec,
+        HypervisorSpec,
+        Inventory,
+        Playbook,
+        RetrySpec,
+        StageSpec,
+        parse_duration,
+    )
+    from orchestrator.config.schema import json_schema
+    from orchestrator.config.templating import (
+        Raw,
+        evaluate_condition,
+        is_template,
+        render_shell,
+        render_string,
+        render_value,
+        undeclared,
+    )
+    from orchestrator.config.variables import (
+        BUILTINS,
+        builtin_variables,
+        group_names,
+        host_variables,
+        parse_cli_vars,
+        secret_values,
+    )
+    from orchestrator.config.yamlsrc import YamlDoc, load_yaml, load_yaml_text
+
+#: public name -> the submodule that defines it
+_HOMES = {
+    **dict.fromkeys(["load_all", "load_inventory", "load_playbook", "load_playbook_alone",
+                     "validate_params"], "loader"),
+    **dict.fromkeys(["GroupSpec", "HostSpec", "HypervisorSpec", "Inventory", "Playbook",
+                     "RetrySpec", "StageSpec", "parse_duration"], "model"),
+    "json_schema": "schema",
+    **dict.fromkeys(["Raw", "evaluate_condition", "is_template", "render_shell", "render_string",
+                     "render_value", "undeclared"], "templating"),
+    **dict.fromkeys(["BUILTINS", "builtin_variables", "group_names", "host_variables",
+                     "parse_cli_vars", "secret_values"], "variables"),
+    **dict.fromkeys(["YamlDoc", "load_yaml", "load_yaml_text"], "yamlsrc"),
+}
 
 __all__ = [
     "BUILTINS",
@@ -81,3 +105,16 @@ __all__ = [
     "undeclared",
     "validate_params",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
