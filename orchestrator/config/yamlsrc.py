@@ -36,6 +36,7 @@ as a template, so a token like ``p{#ss`` or ``{{ x }}`` reaches the host byte fo
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -162,9 +163,22 @@ class _Loader(_Limited, yaml.SafeLoader):
         self._limits(max_depth, max_nodes)
 
 
-#: text PyYAML's reader accepts (yaml/reader.py:137 NON_PRINTABLE, inverted) and no BOM
-_PRINTABLE = re.compile("[\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFEFE\uFF00-\uFFFD"
-                        "\U00010000-\U0010ffff]*")
+#: ASCII text PyYAML's reader refuses: the control characters but tab, LF and CR
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]")
+
+
+@functools.cache
+def _printable() -> re.Pattern[str]:
+    """Text PyYAML's reader accepts (yaml/reader.py:137 NON_PRINTABLE, inverted) and no BOM;
+    compiled on first use (~3 ms: most files are ASCII, see `_is_printable`)."""
+    return re.compile("[\x09\x0A\x0D\x20-\x7E\x85\xA0-\uD7FF\uE000-\uFEFE\uFF00-\uFFFD"
+                      "\U00010000-\U0010ffff]*")
+
+
+def _is_printable(text: str) -> bool:
+    if text.isascii():
+        return _ASCII_CONTROL.search(text) is None
+    return _printable().fullmatch(text) is not None
 
 if getattr(yaml, "__with_libyaml__", False):
     from yaml.cyaml import CParser
@@ -188,7 +202,7 @@ if getattr(yaml, "__with_libyaml__", False):
 def _new_loader(text: str, max_depth: int, max_nodes: int) -> Any:
     """The fast loader when libyaml is there and the text is plain (libyaml reports a bad
     character and a syntax error in its own words: those go through the pure-Python loader)."""
-    if getattr(yaml, "__with_libyaml__", False) and _PRINTABLE.fullmatch(text):
+    if getattr(yaml, "__with_libyaml__", False) and _is_printable(text):
         return _CLoader(text, max_depth, max_nodes)
     return _Loader(text, max_depth, max_nodes)
 
