@@ -27,16 +27,15 @@ from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from typing import Any, Protocol
 
-import structlog
-
 from orchestrator.config.kinds import stage_kinds
 from orchestrator.config.loader import validate_params
 from orchestrator.config.model import Inventory, Playbook, StageSpec
 from orchestrator.config.templating import evaluate_condition, render_shell, render_value
 from orchestrator.config.variables import host_variables, secret_values
 from orchestrator.errors import ConfigError, ConfigProblem, PlanError
+from orchestrator.logs import get_logger
 
-log = structlog.get_logger("orchestrator.plan")
+log = get_logger("orchestrator.plan")
 
 
 def _split(values: Iterable[str] | None) -> list[str]:

@@ -28,8 +28,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
-
 from orchestrator.config.model import HostSpec
 from orchestrator.errors import (
     CommandTimeout,
@@ -39,13 +37,14 @@ from orchestrator.errors import (
     TransientConnectError,
     TransportError,
 )
+from orchestrator.logs import get_logger
 from orchestrator.remote import agent as agent_mod
 from orchestrator.remote import bootstrap
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
 from orchestrator.transports.base import OutputCallback, Transport
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FRAME = agent_mod.FRAME
 MAGIC = agent_mod.MAGIC

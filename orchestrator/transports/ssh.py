@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
-import structlog
 from fabric import Config, Connection
 from paramiko.ssh_exception import (
     AuthenticationException,
@@ -61,9 +60,10 @@ from orchestrator.errors import (
     TransientConnectError,
     TransportError,
 )
+from orchestrator.logs import get_logger
 from orchestrator.transports.agent_client import BOOTSTRAP, AgentSession, AgentTransport, PipeClosed
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _paramiko_log = logging.getLogger("paramiko")
 if not any(isinstance(h, logging.NullHandler) for h in _paramiko_log.handlers):
