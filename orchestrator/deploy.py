@@ -129,6 +129,7 @@ def deploy(
     verbose: bool = False,
     on_start: Callable[[DeployStart], None] | None = None,
     rolling: RollingOptions | None = None,
+    preconnected: Preconnect | None = None,
 ) -> DeployOutcome:
     """Run a playbook on an inventory's hosts; the run record goes to `run_dir/<run-id>/`.
 
@@ -136,13 +137,16 @@ def deploy(
     hold the deploy to. Bad input raises ConfigError/PlanError (exit 2) before any host is
     touched; Ctrl-C (KeyboardInterrupt) and our errors still write the run record, then raise.
     `rolling` makes it a rolling redeploy of the replicas behind the playbook's sglang_router
-    (orchestrator.rolling).
+    (orchestrator.rolling). `preconnected`: the run's first connections, already opening
+    (`orchestrator.preconnect.for_deploy`, as the CLI starts them before importing this
+    module); without them, deploy() opens them itself. Either way it closes the ones left.
     """
     REDACTOR.add_env(os.environ)
     cli_vars = dict(cli_vars or {})
     options = options or RunOptions()
     selection = selection or Selection.from_args(None, None, None, None)
-    early = _preconnect(str(playbook_path), str(inventory_path), selection, options, rolling)
+    early = preconnected or _preconnect(str(playbook_path), str(inventory_path), selection,
+                                        options, rolling)
     try:
         # the stage kinds (and what they import) load while the first connections open
         import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
@@ -173,14 +177,9 @@ def _preconnect(playbook: str, inventory: str, selection: Selection, options: Ru
                 rolling: RollingOptions | None) -> Preconnect | None:
     """Open the run's first hosts while it is being prepared (orchestrator.preconnect); not for
     a rolling redeploy (it orders hosts itself) or a stage selection (which may drop hosts)."""
-    if not options.preconnect or rolling is not None or \
-            selection.only or selection.from_ or selection.skip:
-        return None
-    from orchestrator.preconnect import Preconnect
+    from orchestrator.preconnect import for_deploy
 
-    return Preconnect.start(
-        playbook, inventory, selection.limit, options.forks,
-        budget=lambda spec: max(options.wait_for_host, spec.wait_for_host or 0.0))
+    return for_deploy(playbook, inventory, selection, options, rolling is not None)
 
 
 def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,

@@ -13,6 +13,11 @@ others connect when their turn comes). Anything unusual (a playbook that does no
 `hosts:` that is not plain names and patterns, --only/--skip/--from, a --limit that matches
 nothing) means no early connections: the runner connects as it always did, and every check and
 error message stays the plan's.
+
+`start` returns once those connections are under way (each thread has imported its transport,
+~0.15 s of paramiko, Fabric and invoke, and begun to connect). Until then the caller would only
+slow them down: one thread at a time runs Python code, and what the caller does next (import
+the stages, the console, the run record) is no more urgent than the connection.
 """
 
 from __future__ import annotations
@@ -20,15 +25,35 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from orchestrator import logs
 from orchestrator.config.loader import load_inventory
 from orchestrator.config.model import HostSpec, Inventory
 from orchestrator.config.yamlsrc import load_yaml
 from orchestrator.errors import OrchestratorError
 from orchestrator.plan import resolve_hosts
 
+if TYPE_CHECKING:
+    from orchestrator.options import RunOptions
+    from orchestrator.plan import Selection
+
 OnWait = Callable[[int, float, BaseException], None]
+
+#: the longest `Preconnect.start` waits for its connections to be under way
+SETTLE_S = 2.0
+
+
+def for_deploy(playbook: str, inventory: str, selection: Selection, options: RunOptions,
+               rolling: bool) -> Preconnect | None:
+    """The early connections of a deploy (None when it opens none): not for a rolling redeploy
+    (it orders hosts itself) or a stage selection (which may drop hosts), nor when
+    `options.preconnect` is off."""
+    if not options.preconnect or rolling or selection.only or selection.from_ or selection.skip:
+        return None
+    return Preconnect.start(
+        playbook, inventory, selection.limit, options.forks,
+        budget=lambda spec: max(options.wait_for_host, spec.wait_for_host or 0.0))
 
 
 def early_hosts(playbook_path: str, inventory: Inventory, limit: list[str] | None) -> list[str]:
@@ -76,6 +101,11 @@ class Preconnect:
         self._pending: dict[str, Future[Any]] = {}
         self._waits: dict[str, list[tuple[int, float, BaseException]]] = {}
         self._relay: dict[str, OnWait] = {}
+        self._starting = len(specs)
+        self._underway = threading.Event()
+        if not specs:
+            self._underway.set()
+        logs.hold()  # what the connections log before the run exists goes to the run
         for spec in specs:
             fut: Future[Any] = Future()
             self._pending[spec.name] = fut
@@ -87,7 +117,8 @@ class Preconnect:
               forks: int, budget: Callable[[HostSpec], float],
               factory: Callable[..., Any] | None = None) -> Preconnect | None:
         """Open the first FORKS hosts of a deploy early; None when no host can be told (a bad
-        inventory is left for the full load to report)."""
+        inventory is left for the full load to report). Returns when every connection is under
+        way (`wait_underway`), at most SETTLE_S seconds after they started."""
         try:
             inventory = load_inventory(inventory_path)
         except (OrchestratorError, OSError):
@@ -97,7 +128,20 @@ class Preconnect:
             return None
         if factory is None:
             from orchestrator.transports import make_transport as factory
-        return cls([inventory.hosts[n] for n in names], factory, budget)
+        early = cls([inventory.hosts[n] for n in names], factory, budget)
+        early.wait_underway(SETTLE_S)
+        return early
+
+    def wait_underway(self, timeout: float) -> bool:
+        """Wait until every connection is under way: its transport made (the transport modules
+        imported) and connecting, or failed. False when TIMEOUT seconds passed first."""
+        return self._underway.wait(timeout)
+
+    def _one_underway(self) -> None:
+        with self._lock:
+            self._starting -= 1
+            if self._starting <= 0:
+                self._underway.set()
 
     @property
     def hosts(self) -> list[str]:
@@ -116,7 +160,10 @@ class Preconnect:
                 relay(attempt, elapsed, error)
 
         try:
-            transport = factory(spec, on_wait=on_wait)
+            try:
+                transport = factory(spec, on_wait=on_wait)
+            finally:
+                self._one_underway()
             transport.connect(budget=budget)
         except BaseException as exc:  # noqa: BLE001 - handed to the claimer
             fut.set_exception(exc)
@@ -142,10 +189,12 @@ class Preconnect:
         return fut
 
     def close(self) -> None:
-        """Close the connections nobody claimed (one still opening: when it is open)."""
+        """Close the connections nobody claimed (one still opening: when it is open). Their log
+        lines, if no run took them (`logs.configure`), go to stderr (`logs.release`)."""
         with self._lock:
             self._closed = True
             left, self._pending = list(self._pending.values()), {}
         for fut in left:
             if fut.done() and fut.exception() is None:
                 fut.result().close()
+        logs.release()

@@ -26,6 +26,10 @@ from orchestrator.redact import REDACTOR
 
 if TYPE_CHECKING:
     from orchestrator.deploy import DeployOutcome
+    from orchestrator.options import RunOptions
+    from orchestrator.plan import Selection
+    from orchestrator.preconnect import Preconnect
+    from orchestrator.rolling import RollingOptions
 
 EXIT_CODES = """exit codes:
   0    every stage ok or changed
@@ -192,19 +196,49 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    """`deploy` and `plan`: run orchestrator.deploy.deploy with a console view, then the summary."""
-    from orchestrator.cli.console import ConsoleView
-    from orchestrator.config import parse_cli_vars
+    """`deploy` and `plan`: run orchestrator.deploy.deploy with a console view, then the summary.
+
+    The run's first connections start opening (orchestrator.preconnect) as soon as the inventory
+    is read: the console, the run record, the stages and their templating are imported after,
+    while the hosts answer.
+    """
     from orchestrator.config.model import parse_duration
-    from orchestrator.deploy import DeployStart, deploy
+    from orchestrator.config.variables import parse_cli_vars
     from orchestrator.options import RunOptions
     from orchestrator.plan import Selection
+    from orchestrator.preconnect import for_deploy
 
     try:
         wait_for_host = parse_duration(args.wait_for_host)
     except ValueError as exc:
         raise ConfigError(f"--wait-for-host: {exc}") from None
     _interrupt_on_signals()
+    options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
+                         wait_for_host=wait_for_host, verify=args.verify)
+    cli_vars = {**_vars_files(args.vars_file), **parse_cli_vars(args.var)}
+    selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
+    rolling = _rolling(args)
+    REDACTOR.add_env(os.environ)
+    early = for_deploy(args.playbook, args.inventory, selection, options, rolling is not None)
+    try:
+        outcome = _deploy_with_view(args, cli_vars, selection, options, rolling, early)
+    finally:
+        if early is not None:
+            early.close()
+    if args.json:
+        print(json.dumps(REDACTOR.redact(outcome.summary), indent=2, default=str))
+    else:
+        _print_summary(outcome, args.locked if args.dry_run else None)
+    return outcome.exit_code
+
+
+def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], selection: Selection,
+                      options: RunOptions, rolling: RollingOptions | None,
+                      early: Preconnect | None) -> DeployOutcome:
+    """orchestrator.deploy.deploy, shown on the console unless --json."""
+    from orchestrator.cli.console import ConsoleView
+    from orchestrator.deploy import DeployStart, deploy
+
     view = None if args.json else ConsoleView()
 
     def on_start(start: DeployStart) -> None:
@@ -216,27 +250,18 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             view.console.print(f"{mode}: {start.playbook} on {len(start.hosts)} host(s), "
                                f"{start.nodes} stage run(s); run {start.run_id}")
 
-    options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
-                         wait_for_host=wait_for_host, verify=args.verify)
     try:
-        outcome = deploy(
-            args.playbook, args.inventory,
-            cli_vars={**_vars_files(args.vars_file), **parse_cli_vars(args.var)},
-            selection=Selection.from_args(args.limit, args.only, args.from_, args.skip),
+        return deploy(
+            args.playbook, args.inventory, cli_vars=cli_vars, selection=selection,
             options=options, locked_path=args.locked, run_dir=args.run_dir,
             handlers=[view] if view is not None else [], verbose=args.verbose,
-            on_start=on_start, rolling=_rolling(args))
+            on_start=on_start, rolling=rolling, preconnected=early)
     finally:
         if view is not None:
             view.close()
-    if args.json:
-        print(json.dumps(REDACTOR.redact(outcome.summary), indent=2, default=str))
-    else:
-        _print_summary(outcome, args.locked if args.dry_run else None)
-    return outcome.exit_code
 
 
-def _rolling(args: argparse.Namespace) -> Any:
+def _rolling(args: argparse.Namespace) -> RollingOptions | None:
     """RollingOptions for `deploy --rolling`, else None (plan has no --rolling)."""
     if not getattr(args, "rolling", False):
         return None

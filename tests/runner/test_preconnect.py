@@ -4,12 +4,15 @@ claims is closed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import orchestrator.stages  # noqa: F401 - the stage kinds, for load_all
+from orchestrator import logs
 from orchestrator.config import load_all, load_inventory
 from orchestrator.config.model import HostSpec
 from orchestrator.plan import Selection, build_plan
@@ -122,3 +125,62 @@ def test_no_early_connection_for_a_stage_selection(flag: str, tmp_path: Path) ->
     assert early is not None and early.hosts == ["l1"]
     early.close()
     assert _preconnect(str(pb), str(inv), plain, RunOptions(preconnect=False), None) is None
+
+
+def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
+        ssh_server: SSHServer) -> None:
+    """The connection opens, and logs "connected", before the run's log exists: the line is
+    held and handed to the run's sink when it is set (not printed on stdout, where --json
+    goes, as structlog's defaults would)."""
+    lines: list[dict[str, Any]] = []
+    early = Preconnect([ssh_server.host_spec(name="h1")], make_transport,
+                       budget=lambda spec: 30.0)
+    try:
+        fut = early.claim("h1", lambda *w: None)
+        assert fut is not None
+        transport = fut.result(timeout=60)
+        logs.configure(lines.append)
+        assert [line["host"] for line in lines if line["event"] == "connected"] == ["h1"]
+        transport.close()
+    finally:
+        early.close()
+        logs.configure(None)
+
+
+#: imported by a deploy only after its first connection has started
+LATE = ("jinja2", "rich", "structlog", "orchestrator.events", "orchestrator.deploy",
+        "orchestrator.cli.console", "orchestrator.stages", "orchestrator.runner")
+
+
+def test_the_way_to_the_first_connection_imports_nothing_it_does_not_need(
+        tmp_path: Path) -> None:
+    """In a fresh interpreter: what `orchestrator deploy` runs before its first connection
+    (the command line, the inventory read, the early hosts picked, the transport made) leaves
+    templating, the console, structlog, the run record and the stages unimported."""
+    inv = write_yaml(tmp_path / "inv.yaml", {
+        "hosts": {"gpu-1": {"address": "127.0.0.1", "port": 2222}},
+        "vars": {"plain": "text", "n": 8}})
+    pb = write_yaml(tmp_path / "pb.yaml", {"name": "p", "hosts": "gpu-1", "vars": {
+        "x": "{{ plain }}"}, "stages": [_stage("a", run="echo {{ x }}")]})
+    code = f"""
+import sys
+from orchestrator.cli.main import build_parser
+from orchestrator.config.loader import load_inventory
+from orchestrator.config.model import parse_duration
+from orchestrator.config.variables import parse_cli_vars
+from orchestrator.options import RunOptions
+from orchestrator.plan import Selection
+from orchestrator.preconnect import early_hosts, for_deploy
+from orchestrator.transports import make_transport
+
+args = build_parser("deploy").parse_args(["deploy", {str(pb)!r}, "-i", {str(inv)!r}])
+parse_duration(args.wait_for_host), parse_cli_vars(["k=v"]), RunOptions()
+inventory = load_inventory(args.inventory)
+names = early_hosts(args.playbook, inventory, Selection.from_args(None, None, None, None).limit)
+assert names == ["gpu-1"], names
+make_transport(inventory.hosts["gpu-1"])
+print(" ".join(m for m in {LATE!r} if m in sys.modules))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == []
