@@ -129,7 +129,11 @@ class Preconnect:
         if factory is None:
             from orchestrator.transports import make_transport as factory
         early = cls([inventory.hosts[n] for n in names], factory, budget)
-        early.wait_underway(SETTLE_S)
+        try:
+            early.wait_underway(SETTLE_S)
+        except BaseException:  # Ctrl-C while waiting: nobody will claim or close them
+            early.close()
+            raise
         return early
 
     def wait_underway(self, timeout: float) -> bool:
