@@ -14,9 +14,7 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -346,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception:  # noqa: BLE001 - the one place that turns a bug into a report
+        import tempfile
+        import traceback
+
         crash = Path(tempfile.gettempdir()) / f"orchestrator-crash-{int(time.time())}.log"
         crash.write_text(REDACTOR.redact(traceback.format_exc()))
         print(f"internal error: {REDACTOR.redact(str(sys.exc_info()[1]))}\n"
