@@ -133,6 +133,28 @@ def test_pynvml_stand_in_and_nvml_absent_switch(shared_sim):
         shared_sim.fault("gpu-1", "nvml-absent", on=False)
 
 
+def test_pynvml_stand_in_sees_changes_within_one_session(shared_sim):
+    """The double re-reads the host state only when its file changed, and forgets the memory of
+    a process that ended even though nothing rewrote the file (the driver frees it)."""
+    code = (
+        "import os, subprocess, sys, pynvml\n"
+        "pynvml.nvmlInit()\n"
+        "h = pynvml.nvmlDeviceGetHandleByIndex(0)\n"
+        "used = lambda: pynvml.nvmlDeviceGetMemoryInfo(h).used // 2**20\n"
+        "before = used()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import os, sys, time, simhw; "
+        "simhw.allocate(os.getpid(), 1234, [0]); print(1, flush=True); time.sleep(60)'],"
+        " stdout=subprocess.PIPE)\n"
+        "child.stdout.readline()\n"
+        "during = used()\n"
+        "child.kill(); child.wait()\n"
+        "print(before, during - before, used() - before)\n"
+        "pynvml.nvmlShutdown()\n"
+    )
+    out = ssh_ok(shared_sim, "gpu-1", f"python3 -c {shlex.quote(code)}")
+    assert out.split()[1:] == ["1234", "0"]
+
+
 def _client(fleet, name: str) -> paramiko.SSHClient:
     h = fleet.host(name)
     client = paramiko.SSHClient()

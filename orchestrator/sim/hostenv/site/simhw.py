@@ -85,7 +85,8 @@ def _pid_alive(pid: int) -> bool:
     return bool(tail) and tail[0] not in (b"Z", b"X")
 
 
-def _gc(state: dict) -> bool:
+def gc_allocations(state: dict) -> bool:
+    """Drop the GPU memory of processes that ended from STATE (the driver frees it)."""
     allocs = state.get("allocations") or {}
     dead = [p for p in allocs if not _pid_alive(int(p))]
     for p in dead:
@@ -103,7 +104,7 @@ def read_state(path: str | None = None) -> dict:
         raise SimHWError(msg) from None
     except ValueError as exc:
         raise SimHWError("simulated host state %s is corrupt: %s" % (path, exc)) from None
-    _gc(state)
+    gc_allocations(state)
     return state
 
 
