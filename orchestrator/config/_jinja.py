@@ -234,13 +234,18 @@ def _resolve(value: Any) -> Any:
 # -- rendering (the public functions' template cases) -----------------------------------------
 
 
-def render_string(text: str, variables: Mapping[str, Any], location: Location | None) -> str:
-    """A template rendered to text."""
+def _render(text: str, shell: bool, variables: Mapping[str, Any],
+            location: Location | None) -> str:
     try:
-        return str(_template(text, False).render(dict(variables)))
+        return str(_template(text, shell).render(dict(variables)))
     except _RENDER_ERRORS as exc:
         _raise(exc, text, variables, location)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def render_string(text: str, variables: Mapping[str, Any], location: Location | None) -> str:
+    """A template rendered to text."""
+    return _render(text, False, variables, location)
 
 
 def render_template_value(text: str, variables: Mapping[str, Any],
@@ -258,11 +263,7 @@ def render_template_value(text: str, variables: Mapping[str, Any],
 
 def render_shell(template: str, variables: Mapping[str, Any], location: Location | None) -> str:
     """A shell-command template rendered, each ``{{ }}`` output quoted unless ``| raw``."""
-    try:
-        return str(_template(template, True).render(dict(variables)))
-    except _RENDER_ERRORS as exc:
-        _raise(exc, template, variables, location)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return _render(template, True, variables, location)
 
 
 def condition_source(expr: str) -> str | None:
