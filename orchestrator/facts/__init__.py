@@ -14,7 +14,8 @@ data-driven test tests/facts/test_facts.py parses every one (pyinfra: tests/fact
 
 from __future__ import annotations
 
-from dataclasses import asdict, is_dataclass
+from dataclasses import fields, is_dataclass
+from functools import cache
 from typing import Any, ClassVar, Protocol, TypeVar
 
 F = TypeVar("F", bound="HostFact")
@@ -30,14 +31,22 @@ class HostFact(Protocol):
 
 
 def to_data(fact: Any) -> Any:
-    """A fact as plain data (dataclasses -> dicts, tuples -> lists), for records and tests."""
-    if is_dataclass(fact) and not isinstance(fact, type):
-        return to_data(asdict(fact))
+    """A fact as plain data (dataclasses -> dicts, tuples -> lists), for records and tests.
+
+    One pass over the fields, where `dataclasses.asdict` (then a second pass over its copy)
+    deep-copied every value: a converged 16-host run spent ~0.1 s of CPU on it."""
     if isinstance(fact, dict):
         return {k: to_data(v) for k, v in fact.items()}
     if isinstance(fact, (list, tuple)):
         return [to_data(v) for v in fact]
+    if is_dataclass(fact) and not isinstance(fact, type):
+        return {name: to_data(getattr(fact, name)) for name in _field_names(type(fact))}
     return fact
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def registry() -> dict[str, type]:

@@ -18,6 +18,7 @@ production, whose base_dir may differ.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -66,6 +67,7 @@ def differs(ctx: StageContext, what: str, would: Any, locked: Any,
 
 # ------------------------------------------------------------------ sglang launch normalization
 
+@functools.lru_cache(maxsize=1024)  # a launch's ~200 values x its paths, at every check
 def _path_pattern(path: str) -> re.Pattern[str]:
     # the path itself, not a longer name that starts with it (/models/K vs /models/K2)
     return re.compile(re.escape(path.rstrip("/")) + r"(?=$|/|[\s,:;=\"'])")
