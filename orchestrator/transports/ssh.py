@@ -111,12 +111,13 @@ def _parsed_known_hosts(path: str) -> paramiko.HostKeys | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+    # parsed under the lock: the run's first connections all start at once, and each parsing
+    # the file itself cost them all (paramiko's load compares every line with the ones before)
     with _PARSED_LOCK:
         hit = _PARSED_KNOWN_HOSTS.get(path)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-    parsed = paramiko.HostKeys(path)
-    with _PARSED_LOCK:
+        parsed = paramiko.HostKeys(path)
         _PARSED_KNOWN_HOSTS[path] = (stamp, parsed)
     return parsed
 
