@@ -13,6 +13,7 @@ through the bus.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -59,16 +60,22 @@ class Event:
 
     def payload(self) -> dict[str, Any]:
         """The event's own fields (without run_id and ts), None ones left out."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in ("run_id", "ts") and getattr(self, f.name) is not None}
+        values = ((name, getattr(self, name)) for name in _payload_names(type(self)))
+        return {name: value for name, value in values if value is not None}
 
     def to_record(self) -> Record:
         """The dict written as one line of events.jsonl."""
         return {"event": self.name, "run_id": self.run_id, "ts": self.ts, **self.payload()}
 
-    def redacted(self, redactor: Redactor) -> Event:
-        """A copy with every secret value masked."""
-        return replace(self, **{k: redactor.redact(v) for k, v in self.payload().items()})
+    def redacted(self, redactor: Redactor, **stamp: Any) -> Event:
+        """A copy with every secret value masked (and the fields STAMP given)."""
+        return replace(self, **{k: redactor.redact(v) for k, v in self.payload().items()},
+                       **stamp)
+
+
+@functools.cache
+def _payload_names(cls: type[Event]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.name not in ("run_id", "ts"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -448,7 +455,7 @@ class EventBus:
 
     def publish(self, event: Event) -> Event:
         """Stamp, redact and deliver one event; returns it as delivered."""
-        event = replace(event.redacted(self.redactor), run_id=self.run_id, ts=utc_now())
+        event = event.redacted(self.redactor, run_id=self.run_id, ts=utc_now())
         record = event.to_record()
         with self._lock:
             for sink in self._sinks:
