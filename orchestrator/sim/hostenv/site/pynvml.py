@@ -219,6 +219,19 @@ def _read_state() -> dict:
     return state
 
 
+_infos = (None, None)
+
+
+def _gpu_info(state: dict) -> list:
+    """simhw.gpu_info(STATE), kept while the state file and the live allocations are the same
+    (every NVML query of a device asks for it)."""
+    global _infos
+    key = (_parsed[0], tuple(sorted(state.get("allocations") or {})))
+    if _infos[0] != key or key[0] is None:
+        _infos = (key, simhw.gpu_info(state))
+    return _infos[1]
+
+
 def nvmlInitWithFlags(flags):  # noqa: N802
     global _refcount
     try:
@@ -252,7 +265,7 @@ def _state():
 
 def _gpu(handle):
     state = _state()
-    for g in simhw.gpu_info(state):
+    for g in _gpu_info(state):
         if g["uuid"] == getattr(handle, "uuid", None):
             return state, g
     if any(g["uuid"] == getattr(handle, "uuid", None) for g in state.get("gpus", [])):
@@ -288,11 +301,11 @@ def nvmlSystemGetProcessName(pid):  # noqa: N802
 
 
 def nvmlDeviceGetCount():  # noqa: N802
-    return len(simhw.gpu_info(_state()))
+    return len(_gpu_info(_state()))
 
 
 def nvmlDeviceGetHandleByIndex(index):  # noqa: N802
-    gpus = simhw.gpu_info(_state())
+    gpus = _gpu_info(_state())
     index = int(index)
     if index < 0 or index >= len(gpus):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
@@ -301,7 +314,7 @@ def nvmlDeviceGetHandleByIndex(index):  # noqa: N802
 
 def nvmlDeviceGetHandleByUUID(uuid):  # noqa: N802
     uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-    for g in simhw.gpu_info(_state()):
+    for g in _gpu_info(_state()):
         if g["uuid"] == uuid:
             return c_nvmlDevice_t(uuid)
     raise NVMLError(NVML_ERROR_NOT_FOUND)
@@ -309,7 +322,7 @@ def nvmlDeviceGetHandleByUUID(uuid):  # noqa: N802
 
 def nvmlDeviceGetHandleByPciBusId(pciBusId):  # noqa: N802, N803
     bus = pciBusId.decode() if isinstance(pciBusId, bytes) else pciBusId
-    for g in simhw.gpu_info(_state()):
+    for g in _gpu_info(_state()):
         if g["pci_bus_id"].lower().endswith(bus.lower()[-12:]):
             return c_nvmlDevice_t(g["uuid"])
     raise NVMLError(NVML_ERROR_NOT_FOUND)
