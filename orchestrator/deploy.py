@@ -186,14 +186,16 @@ def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOp
          locked: dict[str, Any] | None,
          on_start: Callable[[DeployStart], None] | None,
          rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
-    from orchestrator.rolling import RollingRunner
     from orchestrator.runner import Runner
 
     # every node rendered for its host before any is touched (a ConfigError is exit 2)
     rendered = render_plan(plan, cli_vars, REDACTOR)
-    runner = Runner(rendered, session.bus, options=options, preconnected=early) \
-        if rolling is None else \
-        RollingRunner(rendered, session.bus, rolling=rolling, options=options)
+    if rolling is None:
+        runner = Runner(rendered, session.bus, options=options, preconnected=early)
+    else:
+        from orchestrator.rolling import RollingRunner
+
+        runner = RollingRunner(rendered, session.bus, rolling=rolling, options=options)
     if on_start is not None:
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),
