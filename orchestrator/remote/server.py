@@ -265,6 +265,10 @@ class BadStatusLine(Exception):
     """The answer did not start with an HTTP status line (named as http.client's error)."""
 
 
+class HTTPException(Exception):
+    """An answer http.client would refuse (named as its error)."""
+
+
 class IncompleteRead(Exception):
     """The server closed the connection before the body it announced had come."""
 
@@ -310,11 +314,14 @@ def _read_head(fp):
         if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit() \
                 or not 100 <= int(parts[1]) <= 999:
             raise BadStatusLine(line.decode("iso-8859-1").strip())
-        headers = {}
-        for _ in range(101):  # http.client allows 100 headers (:112)
+        headers, count = {}, 0
+        while True:
             field = fp.readline(_MAXLINE + 1)
             if field in (b"\r\n", b"\n", b""):
                 break
+            count += 1
+            if count > 100:  # as http.client (Lib/http/client.py:112, :225-226)
+                raise HTTPException("got more than 100 headers")
             name, _, value = field.decode("iso-8859-1").partition(":")
             headers[name.strip()] = value.strip()
         if int(parts[1]) != 100:

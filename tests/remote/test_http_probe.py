@@ -170,6 +170,7 @@ def _raw_server(reply: bytes) -> tuple[socket.socket, str]:
     (b"", "connection reset"),
     (b"garbage\r\n\r\n", "BadStatusLine: garbage"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "IncompleteRead:"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", "HTTPException: got more than 100"),
 ])
 def test_broken_answers_are_errors_not_exceptions(reply: bytes, error: str) -> None:
     srv, url = _raw_server(reply)
