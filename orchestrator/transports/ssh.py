@@ -112,7 +112,8 @@ def _parsed_known_hosts(path: str) -> paramiko.HostKeys | None:
         return None
     stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
     # parsed under the lock: the run's first connections all start at once, and each parsing
-    # the file itself cost them all (paramiko's load compares every line with the ones before)
+    # the file itself cost them all (paramiko 5.1 HostKeys.load checks every line against the
+    # ones before it: hostkeys.py:88-103)
     with _PARSED_LOCK:
         hit = _PARSED_KNOWN_HOSTS.get(path)
         if hit is not None and hit[0] == stamp:
