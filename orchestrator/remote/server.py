@@ -273,8 +273,9 @@ class IncompleteRead(Exception):
     """The server closed the connection before the body it announced had come."""
 
 
-#: what urllib.request sends with every request (CPython 3.11 Lib/urllib/request.py:1717 the
-#: User-Agent, :1327 Connection: close; Lib/http/client.py:1207 Accept-Encoding: identity)
+#: what urllib.request sends with every request (CPython 3.11 Lib/urllib/request.py:428-429 the
+#: OpenerDirector's User-agent, :1333 Connection: close; Lib/http/client.py:1207
+#: Accept-Encoding: identity)
 _URLLIB_HEADERS = {"User-Agent": "Python-urllib/{}.{}".format(*sys.version_info[:2]),
                    "Accept-Encoding": "identity", "Connection": "close"}
 _MAXLINE = 65536  # http.client's line limit (Lib/http/client.py:111)
