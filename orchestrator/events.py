@@ -33,6 +33,18 @@ STATUSES = ("ok", "changed", "would-change", "failed", "skipped", "unreachable",
 Record = dict[str, Any]
 
 
+def json_text(value: Any, depth: int, indent: str = "") -> str:
+    """VALUE as JSON, objects indented two spaces for DEPTH levels and each deeper value on one
+    line: summary.json reads as hosts, stages and facts, one line each, and is written by the
+    C encoder (json.dumps with `indent` runs the pure-Python one, 4x slower on a 16-host run)."""
+    if depth and isinstance(value, dict) and value:
+        inner = indent + "  "
+        items = (f"{inner}{json.dumps(str(k))}: {json_text(v, depth - 1, inner)}"
+                 for k, v in value.items())
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    return json.dumps(value, default=str)
+
+
 def utc_now() -> str:
     """ISO-8601 UTC timestamp with milliseconds."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -587,5 +599,5 @@ class RunRecord(EventHandler):
         """Write summary.json atomically."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(redactor.redact(self.data), indent=2, default=str) + "\n")
+        tmp.write_text(json_text(redactor.redact(self.data), depth=4) + "\n")
         os.replace(tmp, path)
