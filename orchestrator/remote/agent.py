@@ -387,10 +387,20 @@ def _cache_dir() -> str:
 def _cache_path(source: bytes, filename: str) -> str:
     """Where the code of SOURCE is kept: keyed by the source, its name and this Python's
     bytecode magic (the bootstrap reads the agent's own entry under the same key)."""
-    import hashlib
+    key = _sha256_hex(importlib.util.MAGIC_NUMBER + filename.encode() + source)
+    return os.path.join(_cache_dir(), key[:32] + ".code")
 
-    key = hashlib.sha256(importlib.util.MAGIC_NUMBER + filename.encode() + source)
-    return os.path.join(_cache_dir(), key.hexdigest()[:32] + ".code")
+
+def _sha256_hex(data: bytes) -> str:
+    """As the bootstrap's `sha256_hex`: the interpreter's own SHA-256, not hashlib's OpenSSL."""
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found]
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
 
 
 def _cache_store(path: str, code) -> None:

@@ -42,19 +42,33 @@ def main():
                 "AGENT_CODE": code if fresh else None})
 
 
+def sha256_hex(data):
+    # type: (bytes) -> str
+    """The SHA-256 of DATA, hex, from the module built into the interpreter (_sha256, or
+    _sha2 from 3.12): importing hashlib first loads OpenSSL (CPython 3.11 Lib/hashlib.py:169-170
+    imports _hashlib), 2-3 ms of every agent start for a cache key. hashlib where neither is."""
+    try:
+        from _sha256 import sha256
+    except ImportError:
+        try:
+            from _sha2 import sha256
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data).hexdigest()
+
+
 def compiled(s):
     # type: (bytes) -> tuple
     """The agent source S compiled (code, True), or read back (code, False) from
     ~/.cache/orchestrator-agent/, where the agent keeps the code it was handed fresh
     (agent._cache_path: the source and this Python bytecode magic): a host compiles each
     agent version once, not at every connection."""
-    import hashlib
     import marshal
     from importlib.util import MAGIC_NUMBER
 
     name = "orchestrator/remote/agent.py"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    key = hashlib.sha256(MAGIC_NUMBER + name.encode() + s).hexdigest()[:32]
+    key = sha256_hex(MAGIC_NUMBER + name.encode() + s)[:32]
     try:
         with open(os.path.join(base, "orchestrator-agent", key + ".code"), "rb") as fh:
             return marshal.loads(fh.read()), False
