@@ -137,16 +137,18 @@ def _hex_ipv6(text: str) -> str:
 
 
 # Who listens: asked of the kernel's sock_diag netlink (what `ss -ltn` does), /proc/net/tcp and
-# tcp6 only where that is refused. Reading /proc/net/tcp walks every bucket of the established
-# hash (Linux 6.1 net/ipv4/tcp_ipv4.c:2410-2436, established_get_first), a table sized by the
-# machine's memory: 3.5 ms per file on a 2-core box with 262144 buckets, more on a GPU server.
-# A dump asking for LISTEN alone walks only the listening hash (net/ipv4/inet_diag.c:1028-1029
-# walk it, :1080-1081 end before the established hash), keeps to the asker's network namespace
-# (:1042, as /proc/net/tcp does) and matches the source port in the kernel (:1054-1056).
+# tcp6 only where that is refused (kernel lines: Debian's linux-source-6.1, 6.1.192). Reading
+# /proc/net/tcp walks every bucket of the established hash (net/ipv4/tcp_ipv4.c:2410-2436,
+# established_get_first), a table sized by the machine's memory: 3.5 ms per file on a 2-core
+# box with 262144 buckets, more on a GPU server. A dump asking for LISTEN alone walks only the
+# listening hash (net/ipv4/inet_diag.c:1028-1029 walk it, :1080-1081 end before the
+# established hash), keeps to the asker's network namespace (:1042, as /proc/net/tcp does) and
+# matches the source port in the kernel (:1054-1056).
 NETLINK_SOCK_DIAG = 4  # include/uapi/linux/netlink.h:13
 SOCK_DIAG_BY_FAMILY = 20  # include/uapi/linux/sock_diag.h:7
 _NLM_REQUEST_DUMP = 0x01 | 0x100 | 0x200  # NLM_F_REQUEST | NLM_F_DUMP, netlink.h:62,70-73
 _NLMSG_ERROR, _NLMSG_DONE = 2, 3  # netlink.h:113-114
+_NLM_F_DUMP_INTR = 0x10  # netlink.h:66: the dump was inconsistent (af_netlink.c:2158)
 _TCP_LISTEN = 10
 _NLMSGHDR = "=IHHII"  # struct nlmsghdr: len, type, flags, seq, pid (netlink.h:52-58)
 
@@ -168,33 +170,46 @@ def _diag_listeners(port: int) -> list:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as nl:
             nl.settimeout(5.0)
             nl.sendto(_diag_request(family, int(port)), (0, 0))
-            done = False
-            while not done:
+            while True:
                 data = nl.recv(65536)
                 if not data:
                     raise OSError("sock_diag: the netlink socket closed mid-dump")
-                off = 0
-                while off + 16 <= len(data) and not done:
-                    length, kind = struct.unpack_from("=IH", data, off)
-                    if kind == _NLMSG_DONE:
-                        done = True
-                    elif kind == _NLMSG_ERROR:
-                        err = -struct.unpack_from("=i", data, off + 16)[0]
-                        raise OSError(err, "sock_diag: " + os.strerror(err))
-                    elif kind == SOCK_DIAG_BY_FAMILY and length >= 16 + 72:
-                        # struct inet_diag_msg (inet_diag.h:117-130): family, state, timer,
-                        # retrans, the sockid (sport at +4, src at +8), then expires, rqueue,
-                        # wqueue, uid, inode (+68)
-                        fam, state = data[off + 16], data[off + 17]
-                        sport = struct.unpack_from(">H", data, off + 20)[0]
-                        if state == _TCP_LISTEN and sport == int(port):
-                            raw = data[off + 24:off + (28 if fam == socket.AF_INET else 40)]
-                            out.append({"address": socket.inet_ntop(fam, raw),
-                                        "inode": struct.unpack_from("=I", data, off + 84)[0]})
-                    if length < 16:
-                        raise OSError("sock_diag: a netlink message shorter than its header")
-                    off += (length + 3) & ~3
+                if _diag_parse(data, int(port), out):
+                    break
     return out
+
+
+def _diag_parse(data: bytes, port: int, out: list) -> bool:
+    """Add to OUT the LISTEN sockets on PORT of one netlink read; True at the dump's end.
+    OSError for an error answer, a dump that ended in error or one the kernel marks as
+    inconsistent (the table changed under it)."""
+    off = 0
+    while off + 16 <= len(data):
+        length, kind, flags = struct.unpack_from("=IHH", data, off)
+        if length < 16:
+            raise OSError("sock_diag: a netlink message shorter than its header")
+        if flags & _NLM_F_DUMP_INTR:
+            raise OSError("sock_diag: the socket table changed during the dump")
+        if kind == _NLMSG_DONE:
+            # its payload is the dump's own errno (net/netlink/af_netlink.c:2153-2159)
+            err = -struct.unpack_from("=i", data, off + 16)[0] if length >= 20 else 0
+            if err > 0:
+                raise OSError(err, "sock_diag: " + os.strerror(err))
+            return True
+        if kind == _NLMSG_ERROR:
+            err = -struct.unpack_from("=i", data, off + 16)[0] if length >= 20 else 0
+            raise OSError(err, "sock_diag: " + (os.strerror(err) if err else "error"))
+        if kind == SOCK_DIAG_BY_FAMILY and length >= 16 + 72:
+            # struct inet_diag_msg (inet_diag.h:117-130): family, state, timer, retrans, the
+            # sockid (sport at +4, src at +8), then expires, rqueue, wqueue, uid, inode (+68)
+            fam, state = data[off + 16], data[off + 17]
+            sport = struct.unpack_from(">H", data, off + 20)[0]
+            if state == _TCP_LISTEN and sport == port:
+                raw = data[off + 24:off + (28 if fam == socket.AF_INET else 40)]
+                out.append({"address": socket.inet_ntop(fam, raw),
+                            "inode": struct.unpack_from("=I", data, off + 84)[0]})
+        off += (length + 3) & ~3
+    return False
 
 
 def _proc_listeners(port: int) -> list:

@@ -5,8 +5,10 @@ inodes the sockets really have."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
+import struct
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -77,3 +79,32 @@ def test_a_dual_stack_listener_is_reported_as_ipv6_by_both() -> None:
         want = [{"address": "::", "inode": os.fstat(s.fileno()).st_ino}]
         assert server.listening_sockets(port, "netlink") == want
         assert server.listening_sockets(port, "proc") == want
+
+
+def _nlmsg(kind: int, payload: bytes, flags: int = 0x2) -> bytes:
+    """One netlink message (struct nlmsghdr, then PAYLOAD, padded to 4 bytes)."""
+    body = struct.pack("=IHHII", 16 + len(payload), kind, flags, 1, 0) + payload
+    return body + bytes(-len(body) % 4)
+
+
+def _listener(port: int, inode: int, state: int = 10) -> bytes:
+    """struct inet_diag_msg of a 127.0.0.1:PORT socket (inet_diag.h:117-130)."""
+    src = socket.inet_aton("127.0.0.1") + bytes(12)  # idiag_src[4]
+    sockid = struct.pack(">HH", port, 0) + src + bytes(16) + bytes(4) + bytes(8)  # dst, if, cookie
+    return struct.pack("=BBBB", socket.AF_INET, state, 0, 0) + sockid + struct.pack(
+        "=IIIII", 0, 0, 0, 0, inode)
+
+
+def test_a_dump_that_ends_in_error_or_was_cut_is_not_taken_for_a_whole_answer() -> None:
+    done = _nlmsg(3, struct.pack("=i", 0))
+    found: list[dict] = []
+    data = _nlmsg(20, _listener(8080, 77)) + _nlmsg(20, _listener(8080, 78, state=1)) + _nlmsg(
+        20, _listener(9090, 79))
+    assert server._diag_parse(data, 8080, found) is False  # no DONE yet: read on
+    assert server._diag_parse(done, 8080, found) is True
+    assert found == [{"address": "127.0.0.1", "inode": 77}]  # ESTABLISHED and 9090 left out
+    for bad in (_nlmsg(3, struct.pack("=i", -errno.EINTR)),  # DONE carrying an errno
+                _nlmsg(2, struct.pack("=i", -errno.ENOENT) + bytes(16)),  # no inet_diag
+                _nlmsg(20, _listener(8080, 80), flags=0x2 | 0x10)):  # NLM_F_DUMP_INTR
+        with pytest.raises(OSError):
+            server._diag_parse(bad, 8080, [])
