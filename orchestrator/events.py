@@ -36,7 +36,8 @@ Record = dict[str, Any]
 def json_text(value: Any, depth: int, indent: str = "") -> str:
     """VALUE as JSON, objects indented two spaces for DEPTH levels and each deeper value on one
     line: summary.json reads as hosts, stages and facts, one line each, and is written by the
-    C encoder (json.dumps with `indent` runs the pure-Python one, 4x slower on a 16-host run)."""
+    C encoder (json.dumps with `indent` runs the pure-Python one: 8.4 against 2.4 ms for a
+    16-host summary here)."""
     if depth and isinstance(value, dict) and value:
         inner = indent + "  "
         items = (f"{inner}{json.dumps(str(k))}: {json_text(v, depth - 1, inner)}"
