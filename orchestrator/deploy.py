@@ -145,8 +145,12 @@ def deploy(
     cli_vars = dict(cli_vars or {})
     options = options or RunOptions()
     selection = selection or Selection.from_args(None, None, None, None)
-    early = preconnected or _preconnect(str(playbook_path), str(inventory_path), selection,
-                                        options, rolling)
+    early = preconnected
+    if early is None:
+        from orchestrator.preconnect import for_deploy
+
+        early = for_deploy(str(playbook_path), str(inventory_path), selection, options,
+                           rolling is not None)
     try:
         # the stage kinds (and what they import) load while the first connections open
         import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
@@ -171,15 +175,6 @@ def deploy(
         if early is not None:
             early.close()
     return DeployOutcome(session.run_id, exit_code, session.record.data, session.dir)
-
-
-def _preconnect(playbook: str, inventory: str, selection: Selection, options: RunOptions,
-                rolling: RollingOptions | None) -> Preconnect | None:
-    """Open the run's first hosts while it is being prepared (orchestrator.preconnect); not for
-    a rolling redeploy (it orders hosts itself) or a stage selection (which may drop hosts)."""
-    from orchestrator.preconnect import for_deploy
-
-    return for_deploy(playbook, inventory, selection, options, rolling is not None)
 
 
 def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,

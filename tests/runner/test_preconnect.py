@@ -111,20 +111,20 @@ def test_a_deploy_opens_one_connection_per_host(ssh_server: SSHServer, tmp_path:
 @pytest.mark.parametrize("flag", ["only", "skip", "from_"])
 def test_no_early_connection_for_a_stage_selection(flag: str, tmp_path: Path) -> None:
     """--only/--skip/--from may drop hosts: nothing is opened before the plan says which."""
-    from orchestrator.deploy import _preconnect
     from orchestrator.options import RunOptions
+    from orchestrator.preconnect import for_deploy
 
     inv = local_inventory(tmp_path / "inv.yaml", ("l1",))
     pb = write_yaml(tmp_path / "pb.yaml", {"name": "p", "stages": [_stage("a"), _stage("b")]})
     args: dict[str, Any] = {"limit": None, "only": None, "from_": None, "skip": None}
     args[flag] = "b" if flag == "from_" else ["b"]
     picked = Selection.from_args(args["limit"], args["only"], args["from_"], args["skip"])
-    assert _preconnect(str(pb), str(inv), picked, RunOptions(), None) is None
+    assert for_deploy(str(pb), str(inv), picked, RunOptions(), False) is None
     plain = Selection.from_args(None, None, None, None)
-    early = _preconnect(str(pb), str(inv), plain, RunOptions(), None)
+    early = for_deploy(str(pb), str(inv), plain, RunOptions(), False)
     assert early is not None and early.hosts == ["l1"]
     early.close()
-    assert _preconnect(str(pb), str(inv), plain, RunOptions(preconnect=False), None) is None
+    assert for_deploy(str(pb), str(inv), plain, RunOptions(preconnect=False), False) is None
 
 
 def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
