@@ -190,15 +190,13 @@ def _diag_parse(data: bytes, port: int, out: list) -> bool:
             raise OSError("sock_diag: a netlink message shorter than its header")
         if flags & _NLM_F_DUMP_INTR:
             raise OSError("sock_diag: the socket table changed during the dump")
-        if kind == _NLMSG_DONE:
-            # its payload is the dump's own errno (net/netlink/af_netlink.c:2153-2159)
+        if kind in (_NLMSG_DONE, _NLMSG_ERROR):
+            # both carry an errno first: the dump's own one for DONE
+            # (net/netlink/af_netlink.c:2153-2159), the request's for ERROR
             err = -struct.unpack_from("=i", data, off + 16)[0] if length >= 20 else 0
-            if err > 0:
-                raise OSError(err, "sock_diag: " + os.strerror(err))
+            if err > 0 or kind == _NLMSG_ERROR:
+                raise OSError(err, "sock_diag: " + (os.strerror(err) if err else "error"))
             return True
-        if kind == _NLMSG_ERROR:
-            err = -struct.unpack_from("=i", data, off + 16)[0] if length >= 20 else 0
-            raise OSError(err, "sock_diag: " + (os.strerror(err) if err else "error"))
         if kind == SOCK_DIAG_BY_FAMILY and length >= 16 + 72:
             # struct inet_diag_msg (inet_diag.h:117-130): family, state, timer, retrans, the
             # sockid (sport at +4, src at +8), then expires, rqueue, wqueue, uid, inode (+68)
