@@ -20,9 +20,6 @@ the command line's, all known before the run.
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
 from typing import Any, Protocol
@@ -34,36 +31,11 @@ from orchestrator.config.templating import evaluate_condition, render_shell, ren
 from orchestrator.config.variables import host_variables, secret_values
 from orchestrator.errors import ConfigError, ConfigProblem, PlanError
 from orchestrator.logs import get_logger
+from orchestrator.selection import Selection as Selection
+from orchestrator.selection import hint as _hint
+from orchestrator.selection import resolve_hosts as resolve_hosts
 
 log = get_logger("orchestrator.plan")
-
-
-def _split(values: Iterable[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out += [p.strip() for p in v.split(",") if p.strip()]
-    return out
-
-
-@dataclass
-class Selection:
-    """What the operator asked for on the command line."""
-
-    limit: list[str] = field(default_factory=list)
-    only: list[str] = field(default_factory=list)
-    from_: str | None = None
-    skip: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_args(
-        cls,
-        limit: Iterable[str] | None = None,
-        only: Iterable[str] | None = None,
-        from_: str | None = None,
-        skip: Iterable[str] | None = None,
-    ) -> Selection:
-        """Build from repeatable, comma-separated CLI values."""
-        return cls(_split(limit), _split(only), from_, _split(skip))
 
 
 @dataclass
@@ -86,33 +58,6 @@ class Plan:
     def node_count(self) -> int:
         """How many (host, stage) nodes the plan has."""
         return sum(len(v) for v in self.host_stages.values())
-
-
-def _hint(name: str, choices: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(name, list(choices), n=1)
-    return f"did you mean {close[0]!r}?" if close else None
-
-
-def resolve_hosts(patterns: list[str], inventory: Inventory, what: str) -> list[str]:
-    """The inventory hosts PATTERNS name (hosts, groups, fnmatch patterns), in order; PlanError
-    names the pattern (WHAT says where it was written) that matches nothing."""
-    names = list(inventory.hosts)
-    groups = set(inventory.groups) | {g for h in inventory.hosts.values() for g in h.groups}
-    picked: list[str] = []
-    for pat in patterns:
-        if pat in inventory.hosts:
-            matches = [pat]
-        elif pat in groups:
-            matches = inventory.group_members(pat)
-        else:
-            matches = [n for n in names if fnmatch.fnmatchcase(n, pat)]
-        if not matches:
-            raise PlanError(
-                f"{what} {pat!r} matches no host or group in {inventory.source or 'the inventory'}",
-                hint=_hint(pat, [*names, *groups]) or f"hosts: {', '.join(names)}",
-            )
-        picked += [m for m in matches if m not in picked]
-    return picked
 
 
 def _match_stages(items: list[str], playbook: Playbook, flag: str) -> set[str]:

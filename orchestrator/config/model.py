@@ -7,32 +7,14 @@ JSON Schema). The loader (`orchestrator.config.loader`) turns YAML into these, a
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+# parse_duration lives in config.durations (stdlib only); importable from here as before
+from orchestrator.config.durations import parse_duration as parse_duration
 from orchestrator.errors import Location
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Accept 30, 2.5, "30s", "10m", "1h", "500ms"; return seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as 30, '30s', '10m' or '1h'")
-    if isinstance(value, (int, float)):
-        if value != value:  # .nan: every comparison with it is false, so it would never expire
-            raise ValueError("a duration must be a number of seconds, got .nan")
-        if value < 0:
-            raise ValueError("a duration cannot be negative")
-        return float(value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return float(m.group(1)) * _UNITS[m.group(2)]
-    raise ValueError(f"expected a duration such as 30, '30s', '10m' or '1h', got {value!r}")
+from orchestrator.selection import members
 
 
 class _Strict(BaseModel):
@@ -246,6 +228,9 @@ class Inventory(_Strict):
 
     def group_members(self, group: str) -> list[str]:
         """Host names in a group: listed under groups.X.hosts or naming X in their `groups`."""
-        listed = list(self.groups[group].hosts) if group in self.groups else []
-        listed += [n for n, h in self.hosts.items() if group in h.groups and n not in listed]
-        return listed
+        listed = self.groups[group].hosts if group in self.groups else []
+        return members(group, listed, {n: h.groups for n, h in self.hosts.items()})
+
+    def group_names(self) -> set[str]:
+        """Every group: those under `groups:` and those its hosts name in their `groups`."""
+        return set(self.groups) | {g for h in self.hosts.values() for g in h.groups}
