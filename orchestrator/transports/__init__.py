@@ -6,10 +6,14 @@ agent of `orchestrator.remote.agent` on the host (see `base.Transport` for the c
 
 from __future__ import annotations
 
-from orchestrator.config.model import HostSpec
+from typing import TYPE_CHECKING
+
 from orchestrator.transports.base import OutputCallback, Transport
 from orchestrator.transports.local import LocalTransport
 from orchestrator.transports.ssh import SSHTransport, WaitCallback
+
+if TYPE_CHECKING:  # the pydantic models: not imported on the way to the first connection
+    from orchestrator.config.model import HostSpec
 
 __all__ = [
     "LocalTransport",

@@ -26,9 +26,8 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.config.model import HostSpec
 from orchestrator.errors import (
     CommandTimeout,
     ConnectError,
@@ -43,6 +42,9 @@ from orchestrator.remote import bootstrap
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
 from orchestrator.transports.base import OutputCallback, Transport
+
+if TYPE_CHECKING:  # the pydantic models: not imported on the way to the first connection
+    from orchestrator.config.model import HostSpec
 
 log = get_logger(__name__)
 

@@ -13,10 +13,13 @@ import os
 import subprocess
 import sys
 import threading
+from typing import TYPE_CHECKING
 
-from orchestrator.config.model import HostSpec
 from orchestrator.errors import ConnectError
 from orchestrator.transports.agent_client import BOOTSTRAP, AgentSession, AgentTransport, PipeClosed
+
+if TYPE_CHECKING:  # the pydantic models: not imported on the way to the first connection
+    from orchestrator.config.model import HostSpec
 
 
 class _ProcessPipe:

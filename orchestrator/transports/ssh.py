@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 from fabric import Config, Connection
@@ -52,7 +52,6 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from orchestrator.config.model import HostSpec
 from orchestrator.errors import (
     AuthError,
     ConnectError,
@@ -62,6 +61,9 @@ from orchestrator.errors import (
 )
 from orchestrator.logs import get_logger
 from orchestrator.transports.agent_client import BOOTSTRAP, AgentSession, AgentTransport, PipeClosed
+
+if TYPE_CHECKING:  # the pydantic models: not imported on the way to the first connection
+    from orchestrator.config.model import HostSpec
 
 log = get_logger(__name__)
 
