@@ -409,7 +409,8 @@ class Runner:
     def _first_connection(self, host: str, pool: _ConnectionPool, budget: float,
                           on_wait: Callable[..., None]) -> Transport:
         """The host's first connection: the one opened early for it (preconnect), else new."""
-        early = self.preconnected.claim(host, on_wait) if self.preconnected else None
+        early = (self.preconnected.claim(host, pool.spec, on_wait) if self.preconnected
+                 else None)
         if early is not None:
             try:
                 pool.adopt(early.result())

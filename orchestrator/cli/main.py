@@ -25,9 +25,9 @@ from orchestrator.redact import REDACTOR
 if TYPE_CHECKING:
     from orchestrator.deploy import DeployOutcome
     from orchestrator.options import RunOptions
-    from orchestrator.plan import Selection
     from orchestrator.preconnect import Preconnect
     from orchestrator.rolling import RollingOptions
+    from orchestrator.selection import Selection
 
 EXIT_CODES = """exit codes:
   0    every stage ok or changed
@@ -196,15 +196,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     """`deploy` and `plan`: run orchestrator.deploy.deploy with a console view, then the summary.
 
-    The run's first connections start opening (orchestrator.preconnect) as soon as the inventory
-    is read: the console, the run record, the stages and their templating are imported after,
-    while the hosts answer.
+    The run's first connections start opening (orchestrator.preconnect) as soon as the flags
+    are parsed and the inventory is read raw: the configuration models (pydantic), the console,
+    the run record, the stages and their templating are imported after, while the hosts answer.
     """
-    from orchestrator.config.model import parse_duration
-    from orchestrator.config.variables import parse_cli_vars
+    from orchestrator.config.durations import parse_duration
     from orchestrator.options import RunOptions
-    from orchestrator.plan import Selection
     from orchestrator.preconnect import for_deploy
+    from orchestrator.selection import Selection
 
     try:
         wait_for_host = parse_duration(args.wait_for_host)
@@ -213,12 +212,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     _interrupt_on_signals()
     options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
                          wait_for_host=wait_for_host, verify=args.verify)
-    cli_vars = {**_vars_files(args.vars_file), **parse_cli_vars(args.var)}
     selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
     rolling = _rolling(args)
     REDACTOR.add_env(os.environ)
     early = for_deploy(args.playbook, args.inventory, selection, options, rolling is not None)
     try:
+        from orchestrator.config.variables import parse_cli_vars
+
+        cli_vars = {**_vars_files(args.vars_file), **parse_cli_vars(args.var)}
         outcome = _deploy_with_view(args, cli_vars, selection, options, rolling, early)
     finally:
         if early is not None:

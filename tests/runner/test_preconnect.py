@@ -1,9 +1,11 @@
 """Connections opened while a deploy is being prepared (orchestrator.preconnect): the hosts opened
-early are the plan's own, the runner uses them instead of connecting again, and what nobody
+early are the plan's own, read raw they are reached as the validated inventory says, the runner
+uses them instead of connecting again (unless they were opened otherwise), and what nobody
 claims is closed."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from orchestrator import logs
 from orchestrator.config import load_all, load_inventory
 from orchestrator.config.model import HostSpec
 from orchestrator.plan import Selection, build_plan
-from orchestrator.preconnect import Preconnect, early_hosts
+from orchestrator.preconnect import EarlySpec, Preconnect, RawInventory, early_hosts
 from orchestrator.transports import make_transport
 from tests.runner.helpers import cli, local_inventory, write_yaml
 from tests.sshd import SSHServer
@@ -58,6 +60,9 @@ def test_the_hosts_opened_early_are_the_plans(case: str, tmp_path: Path) -> None
     selection = Selection.from_args(limit, None, None, None)
     plan = build_plan(pb, inv, selection)
     assert early_hosts(str(pb_path), load_inventory(inv_path), selection.limit) == plan.hosts
+    raw = RawInventory.read(str(inv_path))
+    assert raw is not None
+    assert early_hosts(str(pb_path), raw, selection.limit) == plan.hosts
 
 
 @pytest.mark.parametrize("hosts", ["{{ target }}", ["gpu", "{{ more }}"], {"a": 1}])
@@ -78,11 +83,12 @@ def test_the_runner_claims_early_connections_and_the_rest_are_closed(tmp_path: P
     early = Preconnect(specs, make_transport, budget=lambda spec: 10.0)
     try:
         assert sorted(early.hosts) == ["a", "b"]
-        fut = early.claim("a", lambda *w: waits.append(w))
+        fut = early.claim("a", specs[0], lambda *w: waits.append(w))
         assert fut is not None
         a = fut.result(timeout=60)
         assert a.connected and a.probe("python")["version_info"][0] == 3
-        assert early.claim("a", lambda *w: None) is None  # claimed once
+        assert a.spec is specs[0]
+        assert early.claim("a", specs[0], lambda *w: None) is None  # claimed once
         b_fut = early._pending["b"]
         b = b_fut.result(timeout=60)
         assert b.connected
@@ -90,9 +96,87 @@ def test_the_runner_claims_early_connections_and_the_rest_are_closed(tmp_path: P
         early.close()
     assert not b.connected  # nobody claimed it: closed
     assert a.connected  # the claimer's to close
-    assert early.claim("b", lambda *w: None) is None
+    assert early.claim("b", specs[1], lambda *w: None) is None
     assert waits == []
     a.close()
+
+
+def test_a_connection_opened_otherwise_than_the_validated_host_says_is_not_used(
+        tmp_path: Path) -> None:
+    """The early read and validation disagree about how to reach a host: the runner gets no
+    early connection (it connects as the validated inventory says), and the early one is
+    closed."""
+    lock = str(tmp_path / "a.lock")
+    early = Preconnect([EarlySpec(name="a", connection="local")], make_transport,
+                       budget=lambda spec: 10.0)
+    try:
+        fut = early._pending["a"]
+        validated = HostSpec(name="a", connection="local", lock_path=lock, connect_timeout=3)
+        assert early.claim("a", validated, lambda *w: None) is None
+        transport = fut.result(timeout=60)
+        assert not transport.connected
+        assert early.hosts == []
+    finally:
+        early.close()
+
+
+RAW_INVENTORY = """
+defaults:
+  user: deploy
+  port: 2222
+  connect_timeout: 5s
+  identity_file: ~/.ssh/id_ed25519
+  vars: {token: !env HF_TOKEN}
+hosts:
+  gpu-1: {address: 10.0.0.1, groups: gpu}
+  gpu-2: {address: 10.0.0.2, port: 22, connect_budget: 2m, host_key_policy: accept-new}
+  gpu-3: {address: "{{ ip }}"}
+  gpu-4: {address: !env GPU4_ADDRESS}
+  gpu-5: {address: 10.0.0.5, port: "22"}
+  gpu-6: {connection: local, wait_for_host: 1m}
+  gpu-7:
+groups:
+  hv: {hosts: gpu-2}
+  all-gpu: {hosts: [gpu-1, gpu-2]}
+"""
+
+
+def test_the_raw_read_reaches_each_host_as_validation_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read raw, a host's connection settings equal the validated ones (`defaults:` applied,
+    durations parsed); a setting that only loading can tell (a template, a tag, a port
+    written as text) leaves that host to the runner; groups resolve the same."""
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    monkeypatch.setenv("GPU4_ADDRESS", "10.0.0.4")
+    path = tmp_path / "inv.yaml"
+    path.write_text(RAW_INVENTORY)
+    raw = RawInventory.read(str(path))
+    assert raw is not None
+    inv = load_inventory(path)
+    told = {name: raw.spec(name) for name in raw.hosts}
+    assert [n for n, spec in told.items() if spec is None] == ["gpu-3", "gpu-4", "gpu-5"]
+    for name, spec in told.items():
+        if spec is not None:
+            assert spec == EarlySpec.of(inv.hosts[name]), name
+    assert told["gpu-2"] == EarlySpec(name="gpu-2", address="10.0.0.2", port=22, user="deploy",
+                                      identity_file="~/.ssh/id_ed25519", connect_timeout=5.0,
+                                      connect_budget=120.0, host_key_policy="accept-new")
+    for group in ("gpu", "hv", "all-gpu"):
+        assert raw.group_members(group) == inv.group_members(group), group
+    assert raw.group_names() == inv.group_names()
+
+
+@pytest.mark.parametrize("text", [
+    "[gpu]\ngpu-1 ansible_host=10.0.0.1\n",  # an Ansible INI inventory
+    "all:\n  hosts:\n    gpu-1: {ansible_host: 10.0.0.1}\n",  # an Ansible YAML one
+    "hosts: [gpu-1]\n",
+    "hosts:\n  gpu-1: {address: [1\n",  # not YAML
+])
+def test_an_inventory_not_plainly_ours_is_left_to_the_loader(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    assert RawInventory.read(str(path)) is None
+    assert RawInventory.read(str(tmp_path / "missing.yaml")) is None
 
 
 def test_a_deploy_opens_one_connection_per_host(ssh_server: SSHServer, tmp_path: Path) -> None:
@@ -133,10 +217,10 @@ def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
     held and handed to the run's sink when it is set (not printed on stdout, where --json
     goes, as structlog's defaults would)."""
     lines: list[dict[str, Any]] = []
-    early = Preconnect([ssh_server.host_spec(name="h1")], make_transport,
-                       budget=lambda spec: 30.0)
+    spec = ssh_server.host_spec(name="h1")
+    early = Preconnect([spec], make_transport, budget=lambda spec: 30.0)
     try:
-        fut = early.claim("h1", lambda *w: None)
+        fut = early.claim("h1", spec, lambda *w: None)
         assert fut is not None
         transport = fut.result(timeout=60)
         logs.configure(lines.append)
@@ -148,39 +232,50 @@ def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
 
 
 #: imported by a deploy only after its first connection has started
-LATE = ("jinja2", "rich", "structlog", "orchestrator.events", "orchestrator.deploy",
-        "orchestrator.cli.console", "orchestrator.stages", "orchestrator.runner")
+LATE = ("pydantic", "jinja2", "rich", "structlog", "orchestrator.config.model",
+        "orchestrator.config.loader", "orchestrator.plan", "orchestrator.events",
+        "orchestrator.deploy", "orchestrator.cli.console", "orchestrator.stages",
+        "orchestrator.runner")
 
 
 def test_the_way_to_the_first_connection_imports_nothing_it_does_not_need(
         tmp_path: Path) -> None:
-    """In a fresh interpreter: what `orchestrator deploy` runs before its first connection
-    (the command line, the inventory read, the early hosts picked, the transport made) leaves
-    templating, the console, structlog, the run record and the stages unimported."""
+    """In a fresh interpreter, at the moment the first connection starts (socket.connect, PEP
+    578 audit hook): what `orchestrator deploy` runs before it (the command line, the inventory
+    and playbook read raw, the early hosts picked, the transport made) leaves the configuration
+    models (pydantic), templating, the console, structlog, the run record and the stages
+    unimported."""
+    with socket.socket() as s:  # a loopback port nobody listens on: the connect is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     inv = write_yaml(tmp_path / "inv.yaml", {
-        "hosts": {"gpu-1": {"address": "127.0.0.1", "port": 2222}},
+        "hosts": {"gpu-1": {"address": "127.0.0.1", "port": port}},
         "vars": {"plain": "text", "n": 8}})
     pb = write_yaml(tmp_path / "pb.yaml", {"name": "p", "hosts": "gpu-1", "vars": {
         "x": "{{ plain }}"}, "stages": [_stage("a", run="echo {{ x }}")]})
     code = f"""
-import sys
+import sys, threading
+seen, mods = threading.Event(), []
+def hook(event, args):
+    if event == "socket.connect" and not seen.is_set():
+        mods.extend(sys.modules)
+        seen.set()
+sys.addaudithook(hook)
 from orchestrator.cli.main import build_parser
-from orchestrator.config.loader import load_inventory
-from orchestrator.config.model import parse_duration
-from orchestrator.config.variables import parse_cli_vars
+from orchestrator.config.durations import parse_duration
 from orchestrator.options import RunOptions
-from orchestrator.plan import Selection
-from orchestrator.preconnect import early_hosts, for_deploy
-from orchestrator.transports import make_transport
+from orchestrator.preconnect import for_deploy
+from orchestrator.selection import Selection
 
 args = build_parser("deploy").parse_args(["deploy", {str(pb)!r}, "-i", {str(inv)!r}])
-parse_duration(args.wait_for_host), parse_cli_vars(["k=v"]), RunOptions()
-inventory = load_inventory(args.inventory)
-names = early_hosts(args.playbook, inventory, Selection.from_args(None, None, None, None).limit)
-assert names == ["gpu-1"], names
-make_transport(inventory.hosts["gpu-1"])
-print(" ".join(m for m in {LATE!r} if m in sys.modules))
+options = RunOptions(wait_for_host=parse_duration(args.wait_for_host))
+selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
+early = for_deploy(args.playbook, args.inventory, selection, options, False)
+assert early is not None and early.hosts == ["gpu-1"], early
+assert seen.wait(60)
+print("connected-with", " ".join(m for m in {LATE!r} if m in mods))
+early.close()
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == []
+    assert p.stdout.split() == ["connected-with"]
