@@ -25,6 +25,7 @@ stays the plan's.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -110,16 +111,24 @@ class _Opaque:
 _OPAQUE = _Opaque()
 
 
-def _raw_yaml(path: str) -> Any:
-    """PATH's YAML as plain data (tagged values are `_OPAQUE`); ValueError when unreadable."""
+@functools.cache
+def _loader() -> Any:
+    """PyYAML's safe loader (the C one when built) that reads any tag as `_OPAQUE`."""
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     loader = type("_Loader", (base,), {})
     loader.add_multi_constructor("!", lambda _loader, _suffix, _node: _OPAQUE)
+    return loader
+
+
+def _raw_yaml(path: str) -> Any:
+    """PATH's YAML as plain data (tagged values are `_OPAQUE`); ValueError when unreadable."""
+    import yaml
+
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.load(fh, Loader=loader)  # noqa: S506 - a safe loader's subclass
+            return yaml.load(fh, Loader=_loader())  # noqa: S506 - a safe loader's subclass
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ValueError(str(exc)) from None
 
@@ -154,17 +163,15 @@ class RawInventory:
             if not isinstance(name, str) or not isinstance(spec, dict):
                 return None
             merged = {**defaults, **spec}
-            names = merged.get("groups") or []
-            merged["groups"] = names = [names] if isinstance(names, str) else names
-            if not isinstance(names, list) or not all(isinstance(g, str) for g in names):
+            names = _names(merged.get("groups"))
+            if names is None:
                 return None
-            hosts[name] = merged
+            hosts[name] = {**merged, "groups": names}
         listed: dict[str, list[str]] = {}
         for name, group in groups.items():
             group = {} if group is None else group
-            names = group.get("hosts") or [] if isinstance(group, dict) else None
-            names = [names] if isinstance(names, str) else names
-            if not isinstance(names, list) or not all(isinstance(h, str) for h in names):
+            names = _names(group.get("hosts")) if isinstance(group, dict) else None
+            if names is None:
                 return None
             listed[name] = names
         return cls(path, hosts, listed)
@@ -192,11 +199,18 @@ class RawInventory:
         return EarlySpec.read(name, self._hosts[name])
 
 
+def _names(value: Any) -> list[str] | None:
+    """A name or a list of names as written (None/absent: []), as the models' `_one_or_many`
+    validators take them; None when it is something else."""
+    names = [value] if isinstance(value, str) else (value or [])
+    return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+
+
 def for_deploy(playbook: str, inventory: str, selection: Selection, options: RunOptions,
-               rolling: bool, factory: Callable[..., Any] | None = None) -> Preconnect | None:
+               rolling: bool) -> Preconnect | None:
     """The early connections of a deploy (None when it opens none): not for a rolling redeploy
     (it orders hosts itself) or a stage selection (which may drop hosts), nor when
-    `options.preconnect` is off. FACTORY makes a host's transport (default: make_transport)."""
+    `options.preconnect` is off."""
     if not options.preconnect or rolling or selection.only or selection.from_ or selection.skip:
         return None
     raw = RawInventory.read(inventory)
@@ -206,9 +220,9 @@ def for_deploy(playbook: str, inventory: str, selection: Selection, options: Run
     specs = [s for s in map(raw.spec, names) if s is not None]
     if not specs:
         return None
-    if factory is None:
-        from orchestrator.transports import make_transport as factory
-    return Preconnect(specs, factory,
+    from orchestrator.transports import make_transport
+
+    return Preconnect(specs, make_transport,
                       budget=lambda spec: max(options.wait_for_host, spec.wait_for_host or 0.0))
 
 
