@@ -113,6 +113,11 @@ class FrameIO:
         body = self._read_exact(blen) if blen else b""
         return header, body
 
+    def stop_sending(self) -> None:
+        """Send nothing more (`send` answers False), e.g. once the agent is exiting."""
+        with self.lock:
+            self.broken = True
+
     def send(self, header: dict, body: bytes = b"") -> bool:
         """Send one frame; False (and no exception) when the channel is gone."""
         data = memoryview(pack(header, body))
@@ -893,8 +898,14 @@ class Agent:
         return jobs
 
     def shutdown(self) -> None:
-        """Kill every running command's process group, stop the helper, exit."""
+        """Kill every running command's process group, stop the helper, exit.
+
+        Nothing is sent from here on: a command killed because the agent is going away (its
+        SIGHUP, SIGTERM, a silent client) must reach the client as the connection lost, not as
+        the command's own exit status (143 after our SIGTERM), which a stage would take for its
+        command failing."""
         self.shutting_down = True
+        self.io.stop_sending()
         jobs = self.kill_all("shutdown")
         self.sub.close(self.grace + 1.0)
         end = time.monotonic() + self.grace + 1.0

@@ -127,6 +127,25 @@ def test_agent_terminated_kills_its_commands() -> None:
         t.close()
 
 
+def test_a_command_killed_by_the_agents_hangup_is_a_lost_connection() -> None:
+    """The agent hung up (as sshd does when the link drops) kills its commands and exits:
+    the client sees the connection lost, never the killed command's exit 143 (each try
+    races the agent's exit against the command's exit status: 1 to 2 in 20 came back as
+    exit 143 before the agent stopped sending at shutdown)."""
+    outcomes = []
+    for _ in range(30):
+        t = LocalTransport(HostSpec(name="local", connection="local"))
+        try:
+            t.connect()
+            try:
+                outcomes.append(f"exit {t.run('kill -HUP $PPID; sleep 30', timeout=20).exit_code}")
+            except ConnectionLost:
+                outcomes.append("lost")
+        finally:
+            t.close()
+    assert outcomes == ["lost"] * 30
+
+
 def test_agent_gives_up_on_a_silent_client() -> None:
     """A client that vanished without closing (frozen machine): the agent cleans up itself."""
     proc = subprocess.Popen([sys.executable, "-c", BOOTSTRAP], stdin=subprocess.PIPE,
