@@ -231,6 +231,8 @@ def process_stop(pid: int, grace: float = 30.0, starttime_ticks=None) -> dict:
 # ---------------------------------------------------------------------------- deploy lock
 
 _HELD = {}  # type: dict  # lock path -> descriptor held by this agent
+#: how long a taken lock whose record is still empty is asked again (see lock_acquire)
+HOLDER_WAIT_S = 1.0
 
 
 def _read_lock(fd: int) -> dict | None:
@@ -244,20 +246,31 @@ def _read_lock(fd: int) -> dict | None:
 
 @action("lock_acquire")
 def lock_acquire(path: str = "~/.orchestrator/deploy.lock", owner: dict | None = None) -> dict:
-    """Take the lock for `owner` (a dict); report the current holder when it is taken."""
+    """Take the lock for `owner` (a dict); report the current holder when it is taken.
+
+    A holder writes its record right after it takes the flock (below), and lock_release empties
+    the record just before it unlocks: a taken lock with an empty record is in one of those
+    two moments, so it is asked again for up to HOLDER_WAIT_S until it is either free or has
+    a record to name (an operator told "another deploy holds it" is told whose)."""
     path = os.path.expanduser(path)
     if path in _HELD:
         return {"acquired": True, "held_here": True, "path": path}
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = _read_lock(fd)
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return {"acquired": False, "holder": holder, "path": path}
-        raise
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise
+            holder = _read_lock(fd)
+            if holder is not None or time.monotonic() >= deadline:
+                os.close(fd)
+                return {"acquired": False, "holder": holder, "path": path}
+            time.sleep(0.02)
     previous = _read_lock(fd)
     record = dict(owner or {})
     record.update(agent_pid=os.getpid(), acquired_at=time.time())
