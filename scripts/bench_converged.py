@@ -240,6 +240,8 @@ class Run:
     cpu_s: float
     machine_cpu_s: float
     log: str
+    #: the untimed run of the same tool on the same hosts just before this one (`--warm-each`)
+    warm_wall_s: float | None = None
 
 
 def measure(argv: list[str], *, env: dict[str, str], cwd: Path, log: Path,
@@ -579,6 +581,10 @@ def main() -> int:
                     "instead of starting one; it is left running")
     ap.add_argument("--orchestrator", help="our command line (default .venv/bin/orchestrator)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs per tool at 1 host")
+    ap.add_argument("--warm-each", type=int, default=1, choices=(0, 1),
+                    help="1 (default): an untimed run of the same tool on the same hosts just "
+                         "before each timed run, so that no tool is timed on a cold page cache "
+                         "(see docs/bench-anchors.md); 0: none")
     ap.add_argument("--negative", action="store_true",
                     help="first prove that every tool fails on a truncated file")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per run")
@@ -634,11 +640,14 @@ def main() -> int:
         for n in sizes:
             for rep in range(1, args.repeat + 1):
                 for tool in tools:
+                    warm = bench.run(tool, n, rep, tag=f"warm{rep}") if args.warm_each else None
                     r = bench.run(tool, n, rep)
+                    r.warm_wall_s = warm.wall_s if warm is not None else None
                     runs.append(r)
                     status = "ok" if r.ok else f"FAILED ({r.why}), log {r.log}"
+                    before = f" (untimed run before: {warm.wall_s:.2f}s)" if warm else ""
                     print(f"{n:>3} hosts  {LABELS[tool]:<17} run {rep}: {r.wall_s:7.2f}s  "
-                          f"{r.maxrss_mib:5.0f} MiB  {status}", flush=True)
+                          f"{r.maxrss_mib:5.0f} MiB  {status}{before}", flush=True)
                     if not r.ok:
                         print(_tail(Path(r.log)), flush=True)
         first = bench.first_connect(args.repeat) if "orchestrator" in tools else None
@@ -663,7 +672,8 @@ def main() -> int:
             "orchestrator": {"commit": _git("rev-parse", "HEAD"), "dirty": dirty,
                              "command": bench.orchestrator[-1]},
             "anchors": {t: list(PINS[t]) for t in PINS if t in tools},
-            "repeat": args.repeat, "sizes": sizes, "tools": tools, "negative": checked,
+            "repeat": args.repeat, "warm_each": bool(args.warm_each), "sizes": sizes,
+            "tools": tools, "negative": checked,
             "first_connect_s": first,
             "load": load,
             "ok": all_ok, "took_s": round(time.monotonic() - started, 1),
