@@ -63,7 +63,11 @@ def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
         outcome = Runner(render_plan(plan, {}), bus, options=RunOptions(),
                          transport_factory=factory).run()
         names = [e["event"] for e in events]
-        assert outcome.exit_code == 0, [e for e in events if e["event"] == "stage.end"]
+        # on failure, the whole story in one line each (a list of dicts is cut short by pytest)
+        story = "\n".join(f"{e.get('ts')} {e.get('event')} " + ", ".join(
+            f"{k}={str(v)[:160]}" for k, v in e.items() if k not in ("ts", "event", "run_id"))
+            for e in events)
+        assert outcome.exit_code == 0, story
         end = next(e for e in events if e["event"] == "stage.end")
         assert end["status"] == "changed" and end["attempts"] == 2
         old_pid = int(old.read_text())
