@@ -580,7 +580,9 @@ def main() -> int:
     ap.add_argument("--sim-dir", help="use this running simulator (`sim up --sshd openssh`) "
                     "instead of starting one; it is left running")
     ap.add_argument("--orchestrator", help="our command line (default .venv/bin/orchestrator)")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs per tool at 1 host")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed runs per tool at 1 host before the timed rounds (only with "
+                         "--warm-each 0: otherwise each timed run has its own)")
     ap.add_argument("--warm-each", type=int, default=1, choices=(0, 1),
                     help="1 (default): an untimed run of the same tool on the same hosts just "
                          "before each timed run, so that no tool is timed on a cold page cache "
@@ -627,7 +629,7 @@ def main() -> int:
             bench.prepare(n)
         checked = negative(bench, tools) if args.negative else None
         for tool in tools:
-            for i in range(args.warmup):
+            for i in range(0 if args.warm_each else args.warmup):
                 r = bench.run(tool, 1, 0, tag=f"warmup{i}")
                 if not r.ok:
                     print(f"warm-up of {tool} failed: {r.why}\n{_tail(Path(r.log))}", flush=True)
