@@ -738,9 +738,14 @@ class Agent:
             st = None
         import tempfile
 
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=directory)
+        # made and registered under the lock that _finish_writes reads `writes` under: a write
+        # that starts once shutdown() began would leave its temp file behind (the agent exits
+        # without waiting for it), so it starts nothing; nothing is sent from then on anyway
         with self.lock:
+            if self.shutting_down:
+                return
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".",
+                                       suffix=".tmp", dir=directory)
             self.writes.add(tmp)
         try:
             _write_all(fd, body)
