@@ -9,35 +9,30 @@ from pathlib import Path
 from orchestrator.remote.agent import Agent, FrameIO
 
 
-def _agent() -> tuple[Agent, list[int]]:
+def _write_new_over_old(directory: Path, shutting_down: bool) -> tuple[Path, Agent]:
+    """write_file(`new`) over a file holding `old`, on an agent shutting down or not."""
     r, w = os.pipe()
-    return Agent(FrameIO(r, w), b""), [r, w]
+    agent = Agent(FrameIO(r, w), b"")
+    target = directory / "f.bin"
+    target.write_bytes(b"old")
+    try:
+        agent.shutting_down = shutting_down
+        agent.op_write_file({"id": 1, "path": str(target)}, b"new")
+    finally:
+        os.close(r)
+        os.close(w)
+    return target, agent
 
 
 def test_a_write_started_after_shutdown_began_makes_no_temp_file(tmp_path: Path) -> None:
-    agent, fds = _agent()
-    target = tmp_path / "f.bin"
-    target.write_bytes(b"old")
-    try:
-        agent.shutting_down = True
-        agent.op_write_file({"id": 1, "path": str(target)}, b"new")
-    finally:
-        for fd in fds:
-            os.close(fd)
+    target, agent = _write_new_over_old(tmp_path, shutting_down=True)
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
     assert not agent.writes
 
 
 def test_a_write_before_shutdown_replaces_the_file_and_leaves_no_temp(tmp_path: Path) -> None:
-    agent, fds = _agent()
-    target = tmp_path / "f.bin"
-    target.write_bytes(b"old")
-    try:
-        agent.op_write_file({"id": 1, "path": str(target)}, b"new")
-    finally:
-        for fd in fds:
-            os.close(fd)
+    target, agent = _write_new_over_old(tmp_path, shutting_down=False)
     assert target.read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]
     assert not agent.writes
