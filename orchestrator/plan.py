@@ -25,10 +25,7 @@ from graphlib import CycleError, TopologicalSorter
 from typing import Any, Protocol
 
 from orchestrator.config.kinds import stage_kinds
-from orchestrator.config.loader import validate_params
 from orchestrator.config.model import Inventory, Playbook, StageSpec
-from orchestrator.config.templating import evaluate_condition, render_shell, render_value
-from orchestrator.config.variables import host_variables, secret_values
 from orchestrator.errors import ConfigError, ConfigProblem, PlanError
 from orchestrator.logs import get_logger
 from orchestrator.selection import Selection as Selection
@@ -156,6 +153,8 @@ class RenderedPlan:
     plan: Plan
     nodes: dict[str, dict[str, Node]]
     secrets: dict[str, set[str]]
+    #: (host, stage) of the nodes whose commands hold a secret (warned about when rendered)
+    secrets_on_command_line: list[tuple[str, str]] = field(default_factory=list)
 
     def node(self, host: str, sid: str) -> Node:
         """The rendered node of one stage on one host."""
@@ -174,10 +173,14 @@ def render_plan(
     Each host's secret values go to `secrets` (the run's redactor) as soon as they are known,
     so that an error message rendered later is masked too.
     """
+    # here, not at the top: a run whose plan comes from the plan cache renders nothing
+    from orchestrator.config.variables import host_variables, secret_values
+
     kinds = stage_kinds()
     problems: list[ConfigProblem] = []
     nodes: dict[str, dict[str, Node]] = {}
     host_secrets: dict[str, set[str]] = {}
+    on_command_line: list[tuple[str, str]] = []
     for host in plan.hosts:
         try:
             variables = host_variables(plan.playbook, plan.inventory, host, cli_vars or {})
@@ -195,30 +198,39 @@ def render_plan(
             except ConfigError as exc:
                 problems += exc.problems
                 continue
-            _warn_secret_on_command_line(node, kinds, mine)
+            if _secret_on_command_line(node, kinds, mine):
+                on_command_line.append((host, sid))
+                warn_secret_on_command_line(host, sid)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    return RenderedPlan(plan, nodes, host_secrets)
+    return RenderedPlan(plan, nodes, host_secrets, on_command_line)
 
 
-def _warn_secret_on_command_line(node: Node, kinds: dict[str, Any], secrets: set[str]) -> None:
+def _secret_on_command_line(node: Node, kinds: dict[str, Any], secrets: set[str]) -> bool:
     """A secret rendered into a shell command is on that shell's argv (`ps`, /proc/PID/cmdline)
-    while it runs; the output is masked but the command line is not. Say so (once per stage)."""
+    while it runs; the output is masked but the command line is not."""
     if node.params is None:
-        return
+        return False
     texts = [getattr(node.params, name, None) for name in kinds[node.kind].shell_params]
     texts.append(node.check_cmd)
     values = [v for v in secrets if len(v) >= 4]
-    if any(isinstance(t, str) and any(v in t for v in values) for t in texts):
-        log.warning("secret_on_command_line", host=node.host, stage=node.spec.id,
-                    hint="a secret is written into this stage's command, so any local user "
-                    "can read it in `ps` while it runs: pass it with `env:` (env: {TOKEN: "
-                    "\"{{ hf_token }}\"}) and use \"$TOKEN\" in the command")
+    return any(isinstance(t, str) and any(v in t for v in values) for t in texts)
+
+
+def warn_secret_on_command_line(host: str, stage: str) -> None:
+    """Say that a stage's command holds a secret (once per stage and host)."""
+    log.warning("secret_on_command_line", host=host, stage=stage,
+                hint="a secret is written into this stage's command, so any local user "
+                "can read it in `ps` while it runs: pass it with `env:` (env: {TOKEN: "
+                "\"{{ hf_token }}\"}) and use \"$TOKEN\" in the command")
 
 
 def _render_node(
     host: str, spec: StageSpec, variables: dict[str, Any], kinds: dict[str, Any]
 ) -> Node:
+    from orchestrator.config.loader import validate_params
+    from orchestrator.config.templating import evaluate_condition, render_shell, render_value
+
     at = spec.location_of
     if spec.when is not None and not evaluate_condition(spec.when, variables, at("when")):
         return Node(host, spec, skip_reason=f"when: {spec.when} is false")
