@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -202,6 +203,29 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     are parsed and the inventory is read raw: the configuration models (pydantic), the console,
     the run record, the stages and their templating are imported after, while the hosts answer.
     """
+    # no cyclic GC while the run is prepared; on_start freezes what that made (_resume_gc)
+    gc.disable()
+    try:
+        return _cmd_deploy(args)
+    finally:
+        gc.enable()
+
+
+def _resume_gc() -> None:
+    """Freeze what the preparation made out of the cyclic GC, and turn collection back on.
+
+    Importing and preparing a run (~700 modules, their classes, the plan) makes ~115,000
+    objects that live as long as the process. With collection on, the GC walks them again and
+    again while they are made, one full pass included: 60-230 ms of a converged 16-host re-run,
+    holding the GIL on the critical path, against ~6 ms for everything the run itself makes
+    once they are frozen (gc.freeze: the permanent generation, never scanned; their memory is
+    still freed by reference counting). Collection then goes on as usual for a long run.
+    """
+    gc.freeze()
+    gc.enable()
+
+
+def _cmd_deploy(args: argparse.Namespace) -> int:
     from orchestrator.config.durations import parse_duration
     from orchestrator.options import RunOptions
     from orchestrator.preconnect import for_deploy
@@ -243,6 +267,7 @@ def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], select
     view = None if args.json else ConsoleView()
 
     def on_start(start: DeployStart) -> None:
+        _resume_gc()
         if start.lock_incomplete:
             print(f"warning: {args.locked} comes from a deploy that did not complete; stages it "
                   "has no entry for will be refused", file=sys.stderr)
