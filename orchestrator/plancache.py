@@ -190,9 +190,11 @@ class PlanCache:
         body = data[end + 1:]
         try:
             plain = AESGCM(key).decrypt(body[:12], body[12:], MAGIC)
+        except (InvalidTag, ValueError):
+            return None
+        try:
             rendered = pickle.loads(plain)
-        except (InvalidTag, ValueError, pickle.UnpicklingError, AttributeError, ImportError,
-                EOFError, TypeError, IndexError):
+        except Exception:  # noqa: BLE001 - whatever keeps it from reading back: a fresh load
             return None
         return rendered if isinstance(rendered, RenderedPlan) else None
 
