@@ -6,6 +6,7 @@ warns as a fresh render does."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -164,6 +165,27 @@ def test_a_damaged_entry_is_ignored(damage: str, setup: tuple[Path, Path, PlanCa
     else:
         data[:5] = b"xxxxx"
     cache.path.write_bytes(bytes(data))
+    assert _cache(tmp_path, pb, inv).load() is None
+
+
+@pytest.mark.parametrize("plain", [b"not a pickle", b"\x80\x05}\x94.", b""])
+def test_an_entry_that_decrypts_but_is_no_plan_is_ignored(
+        plain: bytes, setup: tuple[Path, Path, PlanCache], tmp_path: Path) -> None:
+    """Encrypted with the right key (so it passes the check and the tag), but the plaintext is
+    not a pickle, or a pickle of something else (an empty dict), or nothing."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from orchestrator.plancache import MAGIC
+
+    pb, inv, cache = setup
+    data = cache.path.read_bytes()
+    end = data.find(b"\n", len(MAGIC))
+    header = json.loads(data[len(MAGIC):end])
+    digest = cache._inputs(header["files"], header["env"])
+    assert digest is not None
+    key, _ = cache._keys(digest)
+    nonce = os.urandom(12)
+    cache.path.write_bytes(data[:end + 1] + nonce + AESGCM(key).encrypt(nonce, plain, MAGIC))
     assert _cache(tmp_path, pb, inv).load() is None
 
 
