@@ -28,6 +28,7 @@ playbook and inventory pair lives under RUN_DIR/.plan-cache/ (mode 0700, files 0
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -203,7 +204,8 @@ class PlanCache:
         that cannot be checked later, or the entry cannot be written (the run goes on)."""
         if not reads.complete:
             log.debug("plan.not_cached", reason=reads.why_not)
-            self.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # an unwritable run dir: nothing to drop
+                self.path.unlink(missing_ok=True)
             return False
         # the inputs as the load saw them (a file changed since is a miss next time)
         key, check = self._keys(self._digest(reads.files, reads.env))
