@@ -16,25 +16,25 @@ PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sim/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]' -e ./sim
 	@touch $(STAMP)
 
-venv: $(STAMP)  ## create .venv and install orchestrator with its dev tools
+venv: $(STAMP)  ## create .venv and install orchestrator, its dev tools and the simulator (sim/)
 
 test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first when it can
 	@bash scripts/test-prereqs.sh
 	@$(BIN)/python scripts/fetch_router_wheels.py || echo "router tests will skip (no sglang-router wheel)"
-	@$(BIN)/python -m compileall -q orchestrator tests scripts >/dev/null  # bytecode once, even under PYTHONDONTWRITEBYTECODE
+	@$(BIN)/python -m compileall -q orchestrator sim tests scripts >/dev/null  # bytecode once, even under PYTHONDONTWRITEBYTECODE
 	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
 router-wheels: venv  ## the real sglang-router wheel + deps, once, into .cache/ (router tests use it)
 	$(BIN)/python scripts/fetch_router_wheels.py
 
 lint: venv  ## ruff
-	$(BIN)/ruff check orchestrator tests scripts bench
+	$(BIN)/ruff check orchestrator sim tests scripts bench
 
 bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
@@ -65,4 +65,4 @@ sync-sglang: venv  ## regenerate orchestrator/sglang/releases/*.json from the re
 	$(BIN)/python scripts/sync_sglang.py
 
 clean:  ## remove the venv, caches and run records
-	rm -rf $(VENV) runs .sim .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) runs .sim .pytest_cache .ruff_cache *.egg-info sim/*.egg-info

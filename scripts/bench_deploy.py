@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = str(REPO / "playbooks/kimi-k2.6-eagle3.yaml")

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.sim import procs
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim import procs
+from orchestrator_sim.fleet import SimFleet
 
 
 def rss_kib(pid: int) -> int:

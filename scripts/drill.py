@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     playbook = PLAYBOOK_2NODE if args.nodes > 1 else PLAYBOOK
 
     sys.path.insert(0, str(REPO))
-    from orchestrator.sim.fleet import SimFleet
+    from orchestrator_sim.fleet import SimFleet
 
     simdir = Path(args.dir).resolve()
     host = args.reboot

@@ -24,7 +24,7 @@ Then the fault is switched off and the same deploy must converge again (exit 0),
 leaves the box converged for the next row. The hub faults act on the one hub every box shares,
 so those rows run alone. Exit status: 0 when every row passes, 1 otherwise.
 
-Rows (ROWS below): every fault of orchestrator/sim/faults.py; a shell stage whose command hangs
+Rows (ROWS below): every fault of sim/orchestrator_sim/faults.py; a shell stage whose command hangs
 past its `timeout:`; the server killed while it loads and after it is ready; write_file of a
 48 MiB file while the simulator cuts every SSH session; Ctrl-C (SIGINT to the orchestrator
 process) while each stage of the playbook runs. `--fast` picks the rows that
@@ -62,9 +62,9 @@ if str(REPO) not in sys.path:  # `python scripts/faults.py` from anywhere
 from orchestrator.config import load_inventory  # noqa: E402
 from orchestrator.errors import OrchestratorError  # noqa: E402
 from orchestrator.host import Host  # noqa: E402
-from orchestrator.sim import procs  # noqa: E402
-from orchestrator.sim.fleet import SimError, SimFleet, dir_hash  # noqa: E402
 from orchestrator.transports import make_transport  # noqa: E402
+from orchestrator_sim import procs  # noqa: E402
+from orchestrator_sim.fleet import SimError, SimFleet, dir_hash  # noqa: E402
 
 PLAYBOOK = REPO / "playbooks" / "kimi-k2.6-eagle3.yaml"
 PROFILE = yaml.safe_load((REPO / "configs" / "models" / "kimi-k2.6.yaml").read_text())

@@ -58,9 +58,9 @@ from orchestrator.events import (
 )
 from orchestrator.redact import REDACTOR
 from orchestrator.runner import RunOptions
-from orchestrator.sim.fleet import SimFleet
-from orchestrator.sim.fleet import host_pids as marked_pids
-from orchestrator.sim.procs import alive as pid_alive
+from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.fleet import host_pids as marked_pids
+from orchestrator_sim.procs import alive as pid_alive
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = REPO / "playbooks" / "kimi-k2.6-eagle3.yaml"

@@ -129,11 +129,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     for module, names in _FAMILIES.items():
         if command is None or command in names:
-            try:
-                add = importlib.import_module(module).add_subcommands
-            except ImportError:  # the simulator is optional at run time
-                continue
-            add(sub)
+            importlib.import_module(module).add_subcommands(sub)
+    if command not in sub.choices:  # a listing, or another distribution's (the simulator's `sim`)
+        from importlib.metadata import entry_points
+        for entry in entry_points(group="orchestrator.commands"):
+            if command in (None, entry.name):
+                entry.load()(sub)
     return parser
 
 
@@ -142,7 +143,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 _FAMILIES = {
     "orchestrator.cli.service_cmds": ("status", "logs", "stop"),
     "orchestrator.cli.bench_cmds": ("bench", "report", "tune"),
-    "orchestrator.sim.cli": ("sim",),
 }
 
 

@@ -18,7 +18,7 @@ import pytest
 from orchestrator.bench.bench import BenchOptions, load_results, run_bench
 from orchestrator.bench.report import write_report
 from orchestrator.bench.tune import run_tune
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from tests.sim.conftest import assert_nothing_left
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.bench.gantt import read_timeline
 from orchestrator.bench.report import write_report
 from orchestrator.deploy import deploy
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from tests.sim.conftest import assert_nothing_left
 
 PLAYBOOK = """name: gantt

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.config import load_inventory
 from orchestrator.deploy import deploy
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from tests.sim.conftest import assert_nothing_left
 
 PLAYBOOK = """\

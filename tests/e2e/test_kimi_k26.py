@@ -21,7 +21,7 @@ import yaml
 
 from orchestrator.deploy import deploy
 from orchestrator.events import CommandRan, EventHandler, StageApply, StageFinished
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.sim.fleet import SimFleet
-from orchestrator.sim.hubrepos import EAGLE3_OLD_BRANCH, EAGLE3_REPO, KIMI_REPO, list_refs
+from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.hubrepos import EAGLE3_OLD_BRANCH, EAGLE3_REPO, KIMI_REPO, list_refs
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
 

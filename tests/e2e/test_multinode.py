@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.sim.fleet import SimFleet
-from orchestrator.sim.hubrepos import eagle3_config, kimi_files
+from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.hubrepos import eagle3_config, kimi_files
 from tests.runner.helpers import CliRun, cli
 from tests.sglang.simhost import _pip_env
 from tests.sim.conftest import assert_nothing_left

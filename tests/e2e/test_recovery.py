@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from orchestrator.sim import procs
-from orchestrator.sim.fleet import SimFleet
-from orchestrator.sim.hubrepos import add_repo, eagle3_config, eagle3_files, git_blob_sha1
+from orchestrator_sim import procs
+from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.hubrepos import add_repo, eagle3_config, eagle3_files, git_blob_sha1
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
 

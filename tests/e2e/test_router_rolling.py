@@ -26,7 +26,7 @@ from orchestrator.deploy import deploy
 from orchestrator.events import EventHandler, ReplicaRoll, StageFinished
 from orchestrator.plan import Selection
 from orchestrator.rolling import RollingOptions
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from scripts.fetch_router_wheels import CACHE, have_wheels
 from tests.sim.conftest import assert_nothing_left
 

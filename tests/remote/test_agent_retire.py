@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.sim.procs import alive
 from orchestrator.transports.local import LocalTransport
+from orchestrator_sim.procs import alive
 
 
 def start_of(pid: int) -> int:

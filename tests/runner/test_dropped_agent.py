@@ -27,8 +27,8 @@ from orchestrator.events import EventBus, RunLog
 from orchestrator.logs import configure
 from orchestrator.plan import Selection, build_plan, render_plan
 from orchestrator.runner import Runner, RunOptions
-from orchestrator.sim.procs import alive
 from orchestrator.transports.ssh import SSHTransport
+from orchestrator_sim.procs import alive
 from tests.runner.helpers import write_yaml
 from tests.sshd import SSHDFactory, pids_matching
 from tests.transports.helpers import gone, unique_sleep_arg

@@ -37,9 +37,9 @@ import yaml
 
 from orchestrator.config.loader import load_inventory
 from orchestrator.host import Host
-from orchestrator.sim.fleet import SimFleet
-from orchestrator.sim.hubrepos import EAGLE3_REPO, eagle3_config, kimi_files
 from orchestrator.transports import make_transport
+from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.hubrepos import EAGLE3_REPO, eagle3_config, kimi_files
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
 from tests.sshd import openssh_missing

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from tests.runner.helpers import CliRun, cli, write_yaml
 from tests.sim.conftest import assert_nothing_left
 

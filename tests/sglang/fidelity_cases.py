@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.sim.hubrepos import eagle3_config
+from orchestrator_sim.hubrepos import eagle3_config
 
 RELEASES = ("0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.23")
 FAMILIES = {"0.5.9-0.5.10": RELEASES[:2], "0.5.12-0.5.19": RELEASES[2:5],

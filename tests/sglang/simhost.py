@@ -35,9 +35,9 @@ import pytest
 
 from orchestrator.config.loader import load_inventory
 from orchestrator.host import Host
-from orchestrator.sim.fleet import SimFleet, dir_hash
-from orchestrator.sim.hubrepos import eagle3_config, kimi_files
 from orchestrator.transports import make_transport
+from orchestrator_sim.fleet import SimFleet, dir_hash
+from orchestrator_sim.hubrepos import eagle3_config, kimi_files
 from tests.sim.conftest import assert_nothing_left
 
 TIME_SCALE = 0.001

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator.sim.procs import alive
 from orchestrator.transports.local import LocalTransport
+from orchestrator_sim.procs import alive
 
 KEY = "sk-probe-canary-7d1e2a9c"
 

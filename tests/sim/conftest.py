@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim.fleet import SimFleet
-from orchestrator.sim.fleet import host_pids as marked_pids
-from orchestrator.sim.procs import alive as pid_alive
+from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.fleet import host_pids as marked_pids
+from orchestrator_sim.procs import alive as pid_alive
 
 TEST_SCALE = 0.001
 
@@ -68,5 +68,5 @@ def ssh_ok(fleet: SimFleet, host: str, command: str, timeout: float = 30) -> str
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.sim.cli", *args],
+    return subprocess.run([sys.executable, "-m", "orchestrator_sim.cli", *args],
                           capture_output=True, text=True, timeout=timeout)

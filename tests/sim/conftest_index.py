@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim.pkgindex import PackageIndex
-from orchestrator.sim.wheels import build_standin_wheels
+from orchestrator_sim.pkgindex import PackageIndex
+from orchestrator_sim.wheels import build_standin_wheels
 
 SIMHW_DOUBLE = '''
 """Test double of the simulator's simhw module (configured by SIMHW_TEST_* variables)."""

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from orchestrator.config.model import Inventory
-from orchestrator.sim.fleet import SimFleet
+from orchestrator_sim.fleet import SimFleet
 from tests.sim.conftest import TEST_SCALE, assert_nothing_left, pid_alive, run_cli, ssh_ok
 from tests.sshd import openssh_missing
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from orchestrator.sim.fleet import SimError
+from orchestrator_sim.fleet import SimError
 from tests.sim.conftest import marked_pids, ssh_ok
 
 UVM = r"""

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim import hypervisor as hv
-from orchestrator.sim.hostenv.site import simhw
-from orchestrator.sim.state import get_profile, new_state
+from orchestrator_sim import hypervisor as hv
+from orchestrator_sim.hostenv.site import simhw
+from orchestrator_sim.state import get_profile, new_state
 from tests.sim.conftest import ssh_ok
 
 

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from orchestrator.sim.hub import HUB_FLAKY, HUB_GATED, ModelHub, read_faults, write_faults
-from orchestrator.sim.hubrepos import (
+from orchestrator_sim.hub import HUB_FLAKY, HUB_GATED, ModelHub, read_faults, write_faults
+from orchestrator_sim.hubrepos import (
     EAGLE3_OLD_BRANCH,
     EAGLE3_REPO,
     FAULTY_DRAFTERS,
@@ -451,7 +451,7 @@ def test_fault_file_written_by_another_process_takes_effect(hub, tmp_path):
     def toggle(faults: dict) -> None:
         code = (
             "import json, sys; from pathlib import Path; "
-            "from orchestrator.sim.hub import write_faults; "
+            "from orchestrator_sim.hub import write_faults; "
             "write_faults(Path(sys.argv[1]), json.loads(sys.argv[2]))"
         )
         subprocess.run(
@@ -499,7 +499,7 @@ def test_standalone_process_serves_and_stops_on_sigterm(tmp_path):
         [
             sys.executable,
             "-m",
-            "orchestrator.sim.hub",
+            "orchestrator_sim.hub",
             "--data-dir",
             str(tmp_path / "data"),
             "--seed",

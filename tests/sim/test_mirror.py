@@ -7,8 +7,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from orchestrator.sim.mirror import mirror_wheels
-from orchestrator.sim.pkgindex import PackageIndex
+from orchestrator_sim.mirror import mirror_wheels
+from orchestrator_sim.pkgindex import PackageIndex
 
 
 def test_huggingface_hub_and_its_requirements_are_mirrored_and_served(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from orchestrator.sim.fleet import SGLANG_PORT, SimError, _addr_free, choose_net
+from orchestrator_sim.fleet import SGLANG_PORT, SimError, _addr_free, choose_net
 
 
 def _time_wait(address: str, port: int = 0) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim.pkgindex import PackageIndex
-from orchestrator.sim.wheels import build_standin_wheels, build_wheel, wheel_bytes
+from orchestrator_sim.pkgindex import PackageIndex
+from orchestrator_sim.wheels import build_standin_wheels, build_wheel, wheel_bytes
 from tests.sim.conftest_index import Venv, clean_env
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim.hubrepos import eagle3_config
+from orchestrator_sim.hubrepos import eagle3_config
 from tests.sglang.simhost import K2_CONFIG
 from tests.sim.conftest_index import Venv, clean_env
 

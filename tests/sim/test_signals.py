@@ -1,4 +1,4 @@
-"""SIGTERM -> threading.Event without a deadlock (orchestrator.sim.signals and the stand-in's copy).
+"""SIGTERM -> threading.Event without a deadlock (orchestrator_sim.signals and the stand-in's copy).
 
 A CI run showed `stop` SIGKILL the stand-in server after its 10 s grace: the supervisor forwards the
 SIGTERM the process group already got, the second handler ran while the main thread held the stop
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import orchestrator.sim
+import orchestrator_sim
 
-STANDINS = Path(orchestrator.sim.__file__).parent / "standins"
+STANDINS = Path(orchestrator_sim.__file__).parent / "standins"
 
 # The main thread holds the event's lock (as inside event.wait()) when the signal arrives.
 SCRIPT = """
@@ -33,7 +33,7 @@ print("set" if ev.wait(10) else "not set", flush=True)
 """
 
 HELPERS = {
-    "orchestrator.sim.signals": "from orchestrator.sim.signals import set_on_signals",
+    "orchestrator_sim.signals": "from orchestrator_sim.signals import set_on_signals",
     "sglang stand-in": "from sglang.srt.utils import set_on_signals",
     # the naive handler, to show the script reproduces the hazard
     "naive": "def set_on_signals(ev, sigs):\n"
@@ -47,7 +47,7 @@ def _run(helper: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
                           timeout=timeout)
 
 
-@pytest.mark.parametrize("helper", ["orchestrator.sim.signals", "sglang stand-in"])
+@pytest.mark.parametrize("helper", ["orchestrator_sim.signals", "sglang stand-in"])
 def test_a_signal_while_the_main_thread_holds_the_events_lock_sets_it(helper: str) -> None:
     r = _run(helper)
     assert r.returncode == 0 and r.stdout == "set\n", r.stderr

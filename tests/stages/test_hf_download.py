@@ -13,10 +13,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.errors import StageError
-from orchestrator.sim.hub import HUB_FLAKY, HUB_GATED, ModelHub
-from orchestrator.sim.hubrepos import EAGLE3_OLD_BRANCH, EAGLE3_REPO, list_refs, seed_repos
 from orchestrator.stages.base import Converged, Needed
 from orchestrator.stages.hf_download import MANIFEST, HfDownloadStage
+from orchestrator_sim.hub import HUB_FLAKY, HUB_GATED, ModelHub
+from orchestrator_sim.hubrepos import EAGLE3_OLD_BRANCH, EAGLE3_REPO, list_refs, seed_repos
 
 TOKEN = "hf_canaryTOKEN_7f3a9c2e1b"
 

@@ -17,7 +17,6 @@ from orchestrator.config.loader import load_inventory
 from orchestrator.config.model import StageSpec
 from orchestrator.errors import StageError
 from orchestrator.host import Host
-from orchestrator.sim.fleet import SimFleet
 from orchestrator.stages.base import Converged, Needed, StageContext
 from orchestrator.stages.host_health import (
     HostHealthStage,
@@ -25,6 +24,7 @@ from orchestrator.stages.host_health import (
     version_less,
 )
 from orchestrator.transports import make_transport
+from orchestrator_sim.fleet import SimFleet
 from tests.runner.helpers import cli, write_yaml
 from tests.sim.conftest import assert_nothing_left, pid_alive
 

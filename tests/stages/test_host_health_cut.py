@@ -17,9 +17,9 @@ import pytest
 
 from orchestrator.config.loader import load_inventory
 from orchestrator.host import Host
-from orchestrator.sim.fleet import SimFleet
 from orchestrator.stages.host_health import _restart_detached
 from orchestrator.transports import make_transport
+from orchestrator_sim.fleet import SimFleet
 from tests.sim.conftest import assert_nothing_left, pid_alive
 
 

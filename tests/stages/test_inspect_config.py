@@ -11,9 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from orchestrator.errors import StageError
-from orchestrator.sim.hubrepos import EAGLE3_REPO, FAULTY_DRAFTERS, KIMI_REPO, seed_repos
 from orchestrator.stages.base import Converged, Needed
 from orchestrator.stages.inspect_config import InspectConfigStage
+from orchestrator_sim.hubrepos import EAGLE3_REPO, FAULTY_DRAFTERS, KIMI_REPO, seed_repos
 from tests.runner.helpers import cli, local_inventory, write_yaml
 
 EXPECT = {  # what the playbook asks of an EAGLE-3 drafter for a Kimi K2.x target

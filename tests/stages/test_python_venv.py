@@ -155,7 +155,7 @@ def test_refuses_to_overwrite_what_is_not_a_venv(tmp_path, local_host, stage_ctx
 def test_debian_without_venv_or_wheels_uses_the_host_pip(tmp_path, local_host, stage_ctx,
                                                          converge, debian_env):
     # The host pip installs pip from an index (here: a loopback PEP 503 index holding pip).
-    from orchestrator.sim.pkgindex import PackageIndex
+    from orchestrator_sim.pkgindex import PackageIndex
 
     bundled = sorted((Path(sys.base_prefix) / "lib").glob("python3*/ensurepip/_bundled/pip-*"))
     if not bundled or subprocess.run([BASE_PY, "-m", "pip", "--version"],

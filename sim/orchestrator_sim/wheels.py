@@ -12,7 +12,7 @@ Versions carry NO local label (`0.5.23`, not `0.5.23+sim`): `importlib.metadata.
 on the simulated host then prints exactly what it would print on a real one, and pins such as
 `sglang==0.5.23` match either way. The stand-ins are recognisable by their Summary line.
 
-Run `python -m orchestrator.sim.wheels OUT_DIR` to build them by hand.
+Run `python -m orchestrator_sim.wheels OUT_DIR` to build them by hand.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import orchestrator.sglang.releases
+
 STANDINS_DIR = Path(__file__).resolve().parent / "standins"
 
 # The releases the simulated index offers, and what each declares (FACTS.md "compressed-tensors").
@@ -40,7 +42,7 @@ SGLANG_RELEASES: dict[str, list[str]] = {
 }
 #: the generated flag data of each release (scripts/sync_sglang.py), shipped inside the
 #: stand-in wheel as sglang/_release_flags.json: the stand-in builds its argparse from it
-RELEASE_FLAGS_DIR = Path(__file__).resolve().parent.parent / "sglang" / "releases"
+RELEASE_FLAGS_DIR = Path(orchestrator.sglang.releases.__file__).resolve().parent
 COMPRESSED_TENSORS_RELEASES: tuple[str, ...] = ("0.8.1", "0.10.0", "0.18.0")
 
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -112,7 +114,7 @@ def wheel_bytes(
     meta: dict[str, bytes] = {
         f"{dist_info}/METADATA": _metadata(name, version, requires, summary, requires_python),
         f"{dist_info}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: orchestrator.sim.wheels\n"
+            "Wheel-Version: 1.0\nGenerator: orchestrator_sim.wheels\n"
             "Root-Is-Purelib: true\nTag: py3-none-any\n\n"
         ).encode("ascii"),
         f"{dist_info}/top_level.txt": "".join(
@@ -231,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: build the stand-in wheels into the given folder and print their paths."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m orchestrator.sim.wheels OUT_DIR", file=sys.stderr)
+        print("usage: python -m orchestrator_sim.wheels OUT_DIR", file=sys.stderr)
         return 2
     for path in build_standin_wheels(args[0]):
         print(path)

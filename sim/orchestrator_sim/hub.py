@@ -1,7 +1,7 @@
 """A simulated Hugging Face Hub: enough of the protocol for ``huggingface_hub.snapshot_download``.
 
 Checked against huggingface_hub 2.4.0 (the pinned client). Routes served, for repos seeded by
-:func:`orchestrator.sim.hubrepos.seed_repos` (model repos only, ids ``org/name``):
+:func:`orchestrator_sim.hubrepos.seed_repos` (model repos only, ids ``org/name``):
 
 * ``GET /api/models/{repo}`` and ``GET /api/models/{repo}/revision/{rev}``: model info JSON
   (``id``, ``sha`` = commit, ``siblings`` ``[{"rfilename"}]``; with ``?blobs=true`` also sizes,
@@ -41,7 +41,7 @@ writing the fault file with :func:`write_faults` (re-read whenever its stat sign
 Every request is recorded (:attr:`ModelHub.requests`: method, path, status, body bytes sent, the
 ``Range`` header, whether an Authorization header came; never the token itself).
 
-Run standalone: ``python -m orchestrator.sim.hub --data-dir DIR --seed --port 0``; the token, if
+Run standalone: ``python -m orchestrator_sim.hub --data-dir DIR --seed --port 0``; the token, if
 any, comes from the environment variable named by ``--token-env`` (default ``SIM_HUB_TOKEN``).
 """
 
@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
-from orchestrator.sim.hubrepos import LFS_THRESHOLD, git_blob_sha1, lfs_pointer, seed_repos
-from orchestrator.sim.signals import set_on_signals
+from orchestrator_sim.hubrepos import LFS_THRESHOLD, git_blob_sha1, lfs_pointer, seed_repos
+from orchestrator_sim.signals import set_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -743,7 +743,7 @@ class _Handler(BaseHTTPRequestHandler):
 def main(argv: list[str] | None = None) -> int:
     """Serve a simulated hub until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
-        prog="python -m orchestrator.sim.hub",
+        prog="python -m orchestrator_sim.hub",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from orchestrator.sim.wheels import build_wheel, normalize_name
+from orchestrator_sim.wheels import build_wheel, normalize_name
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Hardware profiles and the initial state of a simulated box (GPU container + its hypervisor).
 
-The state file format is owned by :mod:`orchestrator.sim.hostenv.site.simhw` (the host side reads
+The state file format is owned by :mod:`orchestrator_sim.hostenv.site.simhw` (the host side reads
 it); this module builds a fresh one and re-rolls what changes at a reboot.
 """
 

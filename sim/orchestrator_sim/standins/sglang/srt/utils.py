@@ -60,7 +60,7 @@ def set_on_signals(event: threading.Event, signals) -> None:
     `event.set()` in a Python handler deadlocks when the main thread holds the event's own lock
     at that moment (inside `event.wait()`, just woken by a first SIGTERM when the supervisor
     forwards a second). The C-level handler writes to a pipe instead; a thread sets the event.
-    (The same as orchestrator.sim.signals: this package runs on the host, without orchestrator.)
+    (The same as orchestrator_sim.signals: this package runs on the host, without orchestrator.)
     """
     r, w = os.pipe()
     os.set_blocking(w, False)

@@ -1,6 +1,6 @@
 """The simulator daemon (one process serving every simulated host) and its client API.
 
-``SimFleet.up(simdir, hosts=2)`` starts a background daemon (``python -m orchestrator.sim.fleet
+``SimFleet.up(simdir, hosts=2)`` starts a background daemon (``python -m orchestrator_sim.fleet
 --serve SIMDIR``, its own session; pid in SIMDIR/sim.pid, log in SIMDIR/sim.log) and returns once
 every host answers on SSH. The daemon:
 
@@ -47,17 +47,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.sim import faults as faultmod
-from orchestrator.sim import hypervisor as hv
-from orchestrator.sim import procs
-from orchestrator.sim.hostenv.site import simhw
-from orchestrator.sim.hostenv.tools import simctl
-from orchestrator.sim.hosts import SimHost
-from orchestrator.sim.signals import set_on_signals
-from orchestrator.sim.sshserver import EmbeddedEndpoint, OpenSSHEndpoint
-from orchestrator.sim.state import Profile, get_profile, new_state, reboot_kernel
+from orchestrator_sim import faults as faultmod
+from orchestrator_sim import hypervisor as hv
+from orchestrator_sim import procs
+from orchestrator_sim.hostenv.site import simhw
+from orchestrator_sim.hostenv.tools import simctl
+from orchestrator_sim.hosts import SimHost
+from orchestrator_sim.signals import set_on_signals
+from orchestrator_sim.sshserver import EmbeddedEndpoint, OpenSSHEndpoint
+from orchestrator_sim.state import Profile, get_profile, new_state, reboot_kernel
 
-log = logging.getLogger("orchestrator.sim")
+log = logging.getLogger("orchestrator_sim")
 
 HOSTENV_SRC = Path(__file__).resolve().parent / "hostenv"
 MAX_HOSTS = 99
@@ -379,15 +379,15 @@ class Daemon:
     def _start_services(self) -> None:
         if self.cfg["index"]:
             try:
-                from orchestrator.sim.pkgindex import PackageIndex
-                from orchestrator.sim.wheels import build_standin_wheels
+                from orchestrator_sim.pkgindex import PackageIndex
+                from orchestrator_sim.wheels import build_standin_wheels
             except ImportError as exc:
                 log.warning("package index not available (%s): hosts get no pip_index_url", exc)
             else:
                 wheel_dir = self.simdir / "wheels"
                 wheel_dir.mkdir(exist_ok=True)
                 build_standin_wheels(wheel_dir)
-                from orchestrator.sim.mirror import DEFAULT_PROJECTS, mirror_wheels
+                from orchestrator_sim.mirror import DEFAULT_PROJECTS, mirror_wheels
 
                 mirror_wheels(DEFAULT_PROJECTS, wheel_dir)
                 self.index = PackageIndex([wheel_dir], upstream=None)
@@ -395,8 +395,8 @@ class Daemon:
                 self.urls["index"] = self.index.url
         if self.cfg["hub"]:
             try:
-                from orchestrator.sim.hub import ModelHub
-                from orchestrator.sim.hubrepos import seed_repos
+                from orchestrator_sim.hub import ModelHub
+                from orchestrator_sim.hubrepos import seed_repos
             except ImportError as exc:
                 log.warning("model hub not available (%s): hosts get no hf_endpoint", exc)
             else:
@@ -819,7 +819,7 @@ class SimFleet:
         except (OSError, ValueError):
             return None
         cmd = _pid_cmdline(pid)
-        if procs.alive(pid) and "orchestrator.sim.fleet" in cmd and str(self.simdir) in cmd:
+        if procs.alive(pid) and "orchestrator_sim.fleet" in cmd and str(self.simdir) in cmd:
             return pid
         return None
 
@@ -845,7 +845,7 @@ class SimFleet:
         logf = open(fleet.simdir / "sim.log", "ab")
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.sim.fleet", "--serve", str(fleet.simdir)],
+                [sys.executable, "-m", "orchestrator_sim.fleet", "--serve", str(fleet.simdir)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 start_new_session=True, env=env, cwd=str(fleet.simdir))
         finally:
@@ -970,7 +970,7 @@ class SimFleet:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.fleet")
+    parser = argparse.ArgumentParser(prog="python -m orchestrator_sim.fleet")
     parser.add_argument("--serve", required=True, metavar="SIMDIR",
                         help="run the daemon for SIMDIR (reads SIMDIR/sim-config.json)")
     args = parser.parse_args(argv)

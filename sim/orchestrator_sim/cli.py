@@ -1,6 +1,6 @@
 """`orchestrator sim up|down|status|fault|ssh`: run the simulated GPU hosts.
 
-The main CLI registers these through :func:`add_subcommands`; ``python -m orchestrator.sim.cli``
+The main CLI registers these through :func:`add_subcommands`; ``python -m orchestrator_sim.cli``
 runs them standalone. Every handler returns an exit code: 0 ok, 1 the simulator refused or
 failed (the message says why), 2 usage errors (argparse).
 """
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.sim import faults as faultmod
-from orchestrator.sim.fleet import DEFAULTS, SimError, SimFleet
-from orchestrator.sim.state import PROFILES
+from orchestrator_sim import faults as faultmod
+from orchestrator_sim.fleet import DEFAULTS, SimError, SimFleet
+from orchestrator_sim.state import PROFILES
 
 DEFAULT_DIR = ".sim"
 
@@ -235,7 +235,7 @@ def add_subcommands(subparsers: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.cli")
+    parser = argparse.ArgumentParser(prog="python -m orchestrator_sim.cli")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     add_subcommands(sub)

@@ -19,7 +19,7 @@ Usage:
     pip install --index-url index.url sglang==0.5.23
     index.stop()
 
-`python -m orchestrator.sim.pkgindex --dir WHEELS [--port N]` serves folders from a shell.
+`python -m orchestrator_sim.pkgindex --dir WHEELS [--port N]` serves folders from a shell.
 """
 
 from __future__ import annotations

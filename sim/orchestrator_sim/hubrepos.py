@@ -1,6 +1,6 @@
 """Seed the simulated model hub's repositories on disk.
 
-Layout under ``data_dir`` (read by :class:`orchestrator.sim.hub.ModelHub`)::
+Layout under ``data_dir`` (read by :class:`orchestrator_sim.hub.ModelHub`)::
 
     <org>/<name>/commits/<sha>/<files...>   one folder per commit, files as the repo holds them
     <org>/<name>/refs/<branch>              a text file holding the 40-hex commit sha

@@ -38,10 +38,10 @@ from pathlib import Path
 
 import paramiko
 
-from orchestrator.sim import procs
-from orchestrator.sim.hosts import SimHost
+from orchestrator_sim import procs
+from orchestrator_sim.hosts import SimHost
 
-log = logging.getLogger("orchestrator.sim.ssh")
+log = logging.getLogger("orchestrator_sim.ssh")
 
 #: (rate, within_seconds) when the host's ssh-flaky fault is on, else None
 FlakyFn = Callable[[], "tuple[float, float] | None"]

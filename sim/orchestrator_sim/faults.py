@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.sim import hypervisor as hv
-from orchestrator.sim.hostenv.site import simhw
+from orchestrator_sim import hypervisor as hv
+from orchestrator_sim.hostenv.site import simhw
 
 if TYPE_CHECKING:
-    from orchestrator.sim.fleet import Box, Daemon
+    from orchestrator_sim.fleet import Box, Daemon
 
 
 class FaultError(Exception):
