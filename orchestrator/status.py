@@ -1,8 +1,8 @@
 """The words a run uses for how a stage or a host ended: one enum, compared and written as text.
 
-`Status` is a str enum (StrEnum's behaviour, on Python 3.10 too): its members equal their text ("ok" == Status.OK), so events.jsonl,
-summary.json and the console keep the same words, and code reads `Status.FAILED` instead of a bare
-string that a typo would silently never match.
+`Status` is a str enum (StrEnum's behaviour, on Python 3.10 too): its members equal their text
+("ok" == Status.OK), so events.jsonl, summary.json and the console keep the same words, and code
+reads `Status.FAILED` instead of a bare string that a typo would silently never match.
 """
 
 from __future__ import annotations
