@@ -9,6 +9,7 @@ rebooted: its stages are walked again (converged ones are cheap), up to MAX_PASS
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import os
@@ -142,29 +143,22 @@ class _Connection:
     def release(self) -> None:
         """Release the deploy lock (it would go with the agent anyway)."""
         t = self.transport
-        if self.state.options.dry_run or t is None or not t.connected:
-            return
-        try:
-            t.act("lock_release", path=self.spec.lock_path)
-        except OrchestratorError:
-            pass
+        if not self.state.options.dry_run and t is not None and t.connected:
+            with contextlib.suppress(OrchestratorError):
+                t.act("lock_release", path=self.spec.lock_path)
 
     def kill_all(self) -> None:
-        """Stop every command running on the host (Ctrl-C)."""
-        try:
+        """Stop every command running on the host (Ctrl-C; best effort)."""
+        with contextlib.suppress(Exception):
             if self.transport is not None:
                 self.transport.kill_all()
-        except Exception:  # noqa: BLE001 - best effort on Ctrl-C
-            pass
 
     def close(self) -> None:
-        """Close the connection (the agent kills what still runs)."""
+        """Close the connection (the agent kills what still runs; best effort)."""
         t, self.transport = self.transport, None
-        try:
+        with contextlib.suppress(Exception):
             if t is not None:
                 t.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 class HostWalker:
