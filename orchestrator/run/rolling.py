@@ -12,7 +12,7 @@ batch of at most N replicas (each replica of a batch in its own thread):
      running + queued requests (SGLang's /metrics) read 0 twice in a row - the router's removal
      does not wait for the requests it already sent there (orchestrator/sglang/router.py);
      a replica that does not drain in time is put back and the roll stops;
-  4. run the replica's stages (the plain runner's walk of that host: its server relaunches when
+  4. run the replica's stages (its host walk, orchestrator.run.walk: its server relaunches when
      its launch fingerprint changed, wait_ready proves it ready with its accept length);
   5. put it back: POST /workers {"url"}, wait until the router lists it healthy and a chat
      completion sent through the router reached it (its own finished-requests counter grew);
