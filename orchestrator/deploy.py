@@ -45,8 +45,8 @@ from orchestrator.redact import REDACTOR
 
 if TYPE_CHECKING:
     from orchestrator.config.reads import ReadLog
+    from orchestrator.options import RollingOptions
     from orchestrator.preconnect import Preconnect
-    from orchestrator.rolling import RollingOptions
 
 log = get_logger(__name__)
 
@@ -148,7 +148,7 @@ def deploy(
     hold the deploy to. Bad input raises ConfigError/PlanError (exit 2) before any host is
     touched; Ctrl-C (KeyboardInterrupt) and our errors still write the run record, then raise.
     `rolling` makes it a rolling redeploy of the replicas behind the playbook's sglang_router
-    (orchestrator.rolling). `preconnected`: the run's first connections, already opening
+    (orchestrator.run.rolling). `preconnected`: the run's first connections, already opening
     (`orchestrator.preconnect.for_deploy`, as the CLI starts them before importing this
     module); without them, deploy() opens them itself. Either way it closes the ones left.
     """
@@ -234,16 +234,17 @@ def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str,
          options: RunOptions, locked: dict[str, Any] | None,
          on_start: Callable[[DeployStart], None] | None,
          rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
-    from orchestrator.runner import Runner
+    from orchestrator.run.parallel import ParallelRun
+    from orchestrator.run.state import RunState
 
     # every node rendered for its host before any is touched (a ConfigError is exit 2)
-    rendered = prepared.render(plan, cli_vars)
+    state = RunState(prepared.render(plan, cli_vars), session.bus, options=options)
     if rolling is None:
-        runner = Runner(rendered, session.bus, options=options, preconnected=early)
+        runner = ParallelRun(state, preconnected=early)
     else:
-        from orchestrator.rolling import RollingRunner
+        from orchestrator.run.rolling import RollingRun
 
-        runner = RollingRunner(rendered, session.bus, rolling=rolling, options=options)
+        runner = RollingRun(state, rolling)
     if on_start is not None:
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),

@@ -112,10 +112,10 @@ class Host:
         return cls.from_answer(self.transport.probe(cls.probe, **args))
 
     def facts(self, *wanted: tuple[type[Any], dict[str, Any]]) -> list[Any]:
-        """Several facts, `(FactClass, probe args)` each, in that order. Over a transport that
-        multiplexes (the agent serves requests concurrently) their probes are asked at once,
-        so N reads cost about one round trip; the first error raises, as `fact` would."""
-        if len(wanted) < 2 or not getattr(self.transport, "multiplexed", False):
+        """Several facts, `(FactClass, probe args)` each, in that order. Their probes are asked
+        at once (the agent serves requests concurrently), so N reads cost about one round trip;
+        the first error raises, as `fact` would."""
+        if len(wanted) < 2:
             return [self.fact(cls, **args) for cls, args in wanted]
         out: list[Any] = [None] * len(wanted)
         errors: list[BaseException | None] = [None] * len(wanted)

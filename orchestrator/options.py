@@ -1,5 +1,6 @@
-"""RunOptions: the knobs of one run (the deploy command's flags), apart from the runner so that
-the command line can build them without importing the runner, the stages and the transports."""
+"""RunOptions and RollingOptions: the knobs of one run (the deploy command's flags), apart from
+the runner so that the command line can build them without importing the runner, the stages and
+the transports."""
 
 from __future__ import annotations
 
@@ -26,3 +27,10 @@ class RunOptions:
     #: take the rendered plan from the last run when its inputs did not change (plancache);
     #: never with `verify`
     plan_cache: bool = True
+
+
+@dataclass(frozen=True)
+class RollingOptions:
+    """`deploy --rolling` knobs: how many replicas may be out of the router at once."""
+
+    max_unavailable: int = 1

@@ -56,8 +56,8 @@ from orchestrator.events import (
     StageCheckRetry,
     StageRetry,
 )
+from orchestrator.options import RunOptions
 from orchestrator.redact import REDACTOR
-from orchestrator.runner import RunOptions
 from orchestrator_sim.fleet import SimFleet
 from orchestrator_sim.fleet import host_pids as marked_pids
 from orchestrator_sim.procs import alive as pid_alive

@@ -25,9 +25,8 @@ from orchestrator.redact import REDACTOR
 
 if TYPE_CHECKING:
     from orchestrator.deploy import DeployOutcome
-    from orchestrator.options import RunOptions
+    from orchestrator.options import RollingOptions, RunOptions
     from orchestrator.preconnect import Preconnect
-    from orchestrator.rolling import RollingOptions
     from orchestrator.selection import Selection
 
 EXIT_CODES = """exit codes:
@@ -291,7 +290,7 @@ def _rolling(args: argparse.Namespace) -> RollingOptions | None:
     """RollingOptions for `deploy --rolling`, else None (plan has no --rolling)."""
     if not getattr(args, "rolling", False):
         return None
-    from orchestrator.rolling import RollingOptions
+    from orchestrator.options import RollingOptions
 
     return RollingOptions(max_unavailable=args.max_unavailable)
 

@@ -78,7 +78,7 @@ class StageContext:
     locked: dict[str, Any] | None = None
     #: set by the runner when the run is cancelled (Ctrl-C); long waits use `sleep`
     cancelled: threading.Event = field(default_factory=threading.Event)
-    #: the check is asked ahead of its turn (orchestrator.speculate): only a Converged answer
+    #: the check is asked ahead of its turn (orchestrator.run.early): only a Converged answer
     #: is used, so anything costly that only a Needed answer needs may be left to its turn
     ahead: bool = False
 
@@ -102,7 +102,7 @@ class Stage:
     #: `run:` (every {{ value }} shell-quoted unless `| raw`), not as plain text
     shell_params: ClassVar[frozenset[str]] = frozenset()
     #: the check may be asked ahead of its turn, while earlier stages of the host still run
-    #: (orchestrator.speculate): it only reads, answers in about a round trip, and reads
+    #: (orchestrator.run.early): it only reads, answers in about a round trip, and reads
     #: nothing an earlier stage's check or apply hands over except through the host itself
     speculative_check: ClassVar[bool] = False
 

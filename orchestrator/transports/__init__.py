@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.transports.agent_client import AgentTransport
 from orchestrator.transports.base import OutputCallback, Transport
 from orchestrator.transports.local import LocalTransport
 from orchestrator.transports.ssh import SSHTransport, WaitCallback
@@ -25,7 +26,7 @@ __all__ = [
 ]
 
 
-def make_transport(spec: HostSpec, *, on_wait: WaitCallback | None = None) -> Transport:
+def make_transport(spec: HostSpec, *, on_wait: WaitCallback | None = None) -> AgentTransport:
     """Build the transport for one host: `connection: local` -> LocalTransport, else SSH.
 
     `on_wait(attempt, elapsed_s, error)` is called before each wait while an SSH host does not

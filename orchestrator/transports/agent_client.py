@@ -523,9 +523,6 @@ class AgentTransport(Transport):
     at once (requests are multiplexed); `kill_all()` and `close()` are safe from any thread.
     """
 
-    #: requests from many threads share the one agent session (the runner opens no second one)
-    multiplexed = True
-
     def __init__(
         self,
         spec: HostSpec,

@@ -24,8 +24,8 @@ import yaml
 
 from orchestrator.deploy import deploy
 from orchestrator.events import EventHandler, ReplicaRoll, StageFinished
+from orchestrator.options import RollingOptions
 from orchestrator.plan import Selection
-from orchestrator.rolling import RollingOptions
 from orchestrator_sim.fleet import SimFleet
 from scripts.fetch_router_wheels import CACHE, have_wheels
 from tests.sim.conftest import assert_nothing_left

@@ -25,8 +25,10 @@ from typing import Any
 from orchestrator.config import load_all
 from orchestrator.events import EventBus, RunLog
 from orchestrator.logs import configure
+from orchestrator.options import RunOptions
 from orchestrator.plan import Selection, build_plan, render_plan
-from orchestrator.runner import Runner, RunOptions
+from orchestrator.run.parallel import ParallelRun
+from orchestrator.run.state import RunState
 from orchestrator.transports.ssh import SSHTransport
 from orchestrator_sim.procs import alive
 from tests.runner.helpers import write_yaml
@@ -60,8 +62,9 @@ def test_a_reopened_connection_ends_the_dropped_agent_and_its_command_first(
 
     configure(RunLog(bus.run_id, [events.append]))  # the transport's log lines, as in the CLI
     try:
-        outcome = Runner(render_plan(plan, {}), bus, options=RunOptions(),
-                         transport_factory=factory).run()
+        state = RunState(render_plan(plan, {}), bus, options=RunOptions(),
+                         transport_factory=factory)
+        outcome = ParallelRun(state).run()
         names = [e["event"] for e in events]
         # on failure, the whole story in one line each (a list of dicts is cut short by pytest)
         story = "\n".join(f"{e.get('ts')} {e.get('event')} " + ", ".join(

@@ -235,7 +235,7 @@ def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
 LATE = ("pydantic", "jinja2", "rich", "structlog", "orchestrator.config.model",
         "orchestrator.config.loader", "orchestrator.plan", "orchestrator.events",
         "orchestrator.deploy", "orchestrator.cli.console", "orchestrator.stages",
-        "orchestrator.runner")
+        "orchestrator.run")
 
 
 def test_the_way_to_the_first_connection_imports_nothing_it_does_not_need(

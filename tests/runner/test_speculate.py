@@ -1,4 +1,4 @@
-"""Checks asked ahead of their turn (orchestrator.speculate): a converged host's early answers
+"""Checks asked ahead of their turn (orchestrator.run.early): a converged host's early answers
 are used, in their stages' places; one taken before an earlier stage changed the host is dropped
 and the check runs again in its turn."""
 

@@ -134,14 +134,16 @@ def _rolling_runner(tmp_path: Path, playbook: str, n: int) -> object:
     import orchestrator.stages  # noqa: F401 - registers the kinds
     from orchestrator.config import load_all
     from orchestrator.events import EventBus
+    from orchestrator.options import RollingOptions
     from orchestrator.plan import Selection, build_plan, render_plan
-    from orchestrator.rolling import RollingOptions, RollingRunner
+    from orchestrator.run.rolling import RollingRun
+    from orchestrator.run.state import RunState
 
     (tmp_path / "p.yaml").write_text(playbook)
     (tmp_path / "i.yaml").write_text(INVENTORY)
     pb, inv = load_all(str(tmp_path / "p.yaml"), str(tmp_path / "i.yaml"), {})
     rendered = render_plan(build_plan(pb, inv, Selection()))
-    return RollingRunner(rendered, EventBus("test"), rolling=RollingOptions(n))
+    return RollingRun(RunState(rendered, EventBus("test")), RollingOptions(n))
 
 
 def test_rolling_needs_one_router_and_a_replica_left_serving(tmp_path: Path) -> None:
@@ -159,7 +161,7 @@ def test_rolling_needs_one_router_and_a_replica_left_serving(tmp_path: Path) -> 
 
 def test_cli_rolling_flags() -> None:
     from orchestrator.cli.main import _rolling, build_parser
-    from orchestrator.rolling import RollingOptions
+    from orchestrator.options import RollingOptions
 
     parse = build_parser("deploy").parse_args
     args = parse(["deploy", "p.yaml", "-i", "i.yaml", "--rolling", "--max-unavailable", "2"])

@@ -12,7 +12,7 @@ batch of at most N replicas (each replica of a batch in its own thread):
      running + queued requests (SGLang's /metrics) read 0 twice in a row - the router's removal
      does not wait for the requests it already sent there (orchestrator/sglang/router.py);
      a replica that does not drain in time is put back and the roll stops;
-  4. run the replica's stages (the plain runner's walk of that host: its server relaunches when
+  4. run the replica's stages (its host walk, orchestrator.run.walk: its server relaunches when
      its launch fingerprint changed, wait_ready proves it ready with its accept length);
   5. put it back: POST /workers {"url"}, wait until the router lists it healthy and a chat
      completion sent through the router reached it (its own finished-requests counter grew);
@@ -29,30 +29,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import structlog
-
 from orchestrator.errors import OrchestratorError, PlanError, StageError
-from orchestrator.events import EventBus, ReplicaRoll, RunFinished, RunStarted
+from orchestrator.events import ReplicaRoll
 from orchestrator.host import Host
-from orchestrator.plan import RenderedPlan
-from orchestrator.redact import REDACTOR, Redactor
-from orchestrator.runner import Outcome, Runner, RunOptions, TransportFactory
+from orchestrator.options import RollingOptions
+from orchestrator.run.state import Outcome, RunState
+from orchestrator.run.walk import HostWalker
 from orchestrator.sglang.router import RouterApi
 from orchestrator.stages.base import inventory_groups
 from orchestrator.stages.sglang_router import SGLangRouter, worker_urls
-from orchestrator.transports import make_transport
-
-log = structlog.get_logger("orchestrator.rolling")
+from orchestrator.status import Status
 
 #: consecutive zero readings of a replica's in-flight requests that count as drained
 DRAINED_READINGS = 2
-
-
-@dataclass(frozen=True)
-class RollingOptions:
-    """`--rolling` knobs: how many replicas may be out of the router at once."""
-
-    max_unavailable: int = 1
 
 
 @dataclass(frozen=True)
@@ -62,18 +51,15 @@ class _Router:
     urls: dict[str, str]
 
 
-class RollingRunner(Runner):
+class RollingRun:
     """Runs a plan as a rolling redeploy of the replicas behind its `sglang_router` stage."""
 
-    def __init__(self, rendered: RenderedPlan, bus: EventBus, *,
-                 rolling: RollingOptions | None = None, options: RunOptions | None = None,
-                 transport_factory: TransportFactory = make_transport,
-                 redactor: Redactor = REDACTOR) -> None:
-        super().__init__(rendered, bus, options=options, transport_factory=transport_factory,
-                         redactor=redactor)
+    def __init__(self, state: RunState, rolling: RollingOptions | None = None) -> None:
+        self.state = state
+        self.walker = HostWalker(state)
         self.rolling = rolling or RollingOptions()
         self.router = self._find_router()
-        self.replicas = [h for h in self.plan.hosts if h in self.router.urls]
+        self.replicas = [h for h in state.plan.hosts if h in self.router.urls]
         if self.rolling.max_unavailable < 1:
             raise PlanError("--max-unavailable must be at least 1")
         if len(self.replicas) > 1 and self.rolling.max_unavailable >= len(self.replicas):
@@ -82,92 +68,71 @@ class RollingRunner(Runner):
                             hint=f"use at most {len(self.replicas) - 1}")
 
     def _find_router(self) -> _Router:
-        found = [(h, sid, st) for (h, sid), st in self._stages.items()
+        found = [(h, st) for (h, _sid), st in self.state.stages.items()
                  if isinstance(st, SGLangRouter)]
         if len(found) != 1:
             raise PlanError(f"--rolling needs exactly one sglang_router stage on one host in "
                             f"the plan; found {len(found)}",
                             hint="add the router's stages to the playbook (and to --limit)")
-        host, _sid, stage = found[0]
-        inv = self.plan.inventory
-        urls = worker_urls(stage.params, inventory_groups(inv), dict(inv.hosts))
-        return _Router(host, stage, urls)
+        host, stage = found[0]
+        inv = self.state.plan.inventory
+        return _Router(host, stage, worker_urls(stage.params, inventory_groups(inv),
+                                                dict(inv.hosts)))
 
     # -- the walk -----------------------------------------------------------------------------
 
     def run(self) -> Outcome:
         """Walk the other hosts, then the replicas batch by batch; Ctrl-C cancels cleanly."""
-        self.bus.publish(RunStarted(
-            hosts=list(self.plan.hosts), stages=list(self.plan.stages),
-            nodes=self.plan.node_count, dry_run=self.options.dry_run, forks=self.options.forks))
-        t0 = time.monotonic()
-        others = [h for h in self.plan.hosts if h not in self.replicas]
+        st = self.state
+        t0 = st.started()
+        others = [h for h in st.plan.hosts if h not in self.replicas]
         try:
-            ok = self._walk_hosts(others)
-            if ok and self.replicas:
+            if self._walk_hosts(others) and self.replicas:
                 self._roll(self.replicas)
             elif self.replicas:
-                self._skip_all(self.replicas, "the router's host did not converge")
+                st.skip(self.replicas, "the router's host did not converge")
         except KeyboardInterrupt:
-            self.cancel()
+            self.walker.cancel()
         finally:
-            for p in list(self._pools.values()):
-                p.close()
-        self.bus.publish(RunFinished(exit_code=self.outcome.exit_code,
-                                     duration_s=round(time.monotonic() - t0, 3)))
-        return self.outcome
+            self.walker.close()
+        return st.finished(t0)
 
     def _walk_hosts(self, hosts: list[str]) -> bool:
-        """Run hosts concurrently (the plain runner's per-host walk); True when none failed."""
-        if not hosts:
-            return True
-        with ThreadPoolExecutor(max_workers=max(1, min(self.options.forks, len(hosts))),
-                                thread_name_prefix="host") as ex:
-            list(ex.map(self._run_host, hosts))
-        return all(self._host_ok(h) for h in hosts)
-
-    def _host_ok(self, host: str) -> bool:
-        statuses = self.outcome.statuses.get(host, {})
-        return host not in self.outcome.unreachable and host not in self.outcome.locked and \
-            not any(s in ("failed", "interrupted") for s in statuses.values())
-
-    def _skip_all(self, hosts: list[str], reason: str) -> None:
-        for h in hosts:
-            for sid in self.nodes.get(h, {}):
-                self._end_stage(h, sid, "skipped", 0.0, reason=reason)
+        """Walk hosts concurrently (as a plain deploy does); True when none failed."""
+        self.walker.walk_all(hosts)
+        return all(self.state.outcome.host_ok(h) for h in hosts)
 
     def _roll(self, replicas: list[str]) -> None:
-        n = self.rolling.max_unavailable
+        st, n = self.state, self.rolling.max_unavailable
         batches = [replicas[i:i + n] for i in range(0, len(replicas), n)]
-        spec = self.plan.inventory.hosts[self.router.host]
-        transport = self.factory(spec, on_wait=None)
+        spec = st.plan.inventory.hosts[self.router.host]
+        transport = st.factory(spec, on_wait=None)
         try:
             transport.connect(budget=spec.connect_budget)
         except OrchestratorError as exc:
-            with self._lock:
-                self.outcome.unreachable.add(self.router.host)
-            self._skip_all(replicas, "the router's host cannot be reached: "
-                           + exc.render().splitlines()[0])
+            st.outcome.mark(self.router.host, Status.UNREACHABLE)
+            st.skip(replicas, "the router's host cannot be reached: "
+                    + exc.render().splitlines()[0])
             return
         try:
             # the agent multiplexes: the batch's threads share this one connection
-            router_host = Host(spec, transport, dict(spec.vars), cancelled=self._cancel)
+            router_host = Host(spec, transport, dict(spec.vars), cancelled=st.cancelled)
             for i, batch in enumerate(batches):
                 rest = [h for b in batches[i + 1:] for h in b]
-                if self._cancel.is_set():
-                    self._skip_all(batch + rest, "interrupted")
+                if st.cancelled.is_set():
+                    st.skip(batch + rest, "interrupted")
                     return
                 failed = self._roll_batch(router_host, batch)
                 if failed:
-                    self._skip_all(rest, "the rolling redeploy stopped: "
-                                   + ", ".join(failed) + " failed")
+                    st.skip(rest, "the rolling redeploy stopped: " + ", ".join(failed)
+                            + " failed")
                     return
         finally:
             transport.close()
 
     def _roll_batch(self, router_host: Host, batch: list[str]) -> list[str]:
         """Roll the replicas of one batch concurrently; the ones that failed."""
-        if self.options.dry_run:
+        if self.state.options.dry_run:
             self._walk_hosts(batch)
             return []
         with ThreadPoolExecutor(max_workers=len(batch)) as ex:
@@ -176,19 +141,20 @@ class RollingRunner(Runner):
 
     def _step(self, host: str, step: str, detail: str | None = None,
               since: float | None = None) -> None:
-        self.bus.publish(ReplicaRoll(host=host, step=step, detail=detail,
-                                     duration_s=round(time.monotonic() - since, 3)
-                                     if since is not None else None))
+        self.state.bus.publish(ReplicaRoll(host=host, step=step, detail=detail,
+                                           duration_s=round(time.monotonic() - since, 3)
+                                           if since is not None else None))
 
     def _roll_one(self, router_host: Host, host: str, batch: list[str]) -> bool:
         """Out of the router, drained, redeployed, back in and serving; False on failure."""
         api = self.router.stage.api(router_host)
         url = self.router.urls[host]
+        outcome = self.state.outcome
         try:
             self._leave(api, host, url, batch)
             t = time.monotonic()
-            self._run_host(host)
-            if not self._host_ok(host):
+            self.walker.walk(host)
+            if not outcome.host_ok(host):
                 self._step(host, "failed", "its stages failed: it stays out of the router", t)
                 return False
             self._step(host, "redeployed", None, t)
@@ -196,13 +162,9 @@ class RollingRunner(Runner):
             return True
         except OrchestratorError as exc:
             self._step(host, "failed", exc.render().splitlines()[0])
-            if not self.outcome.statuses.get(host):
-                self._skip_all([host], f"rolling redeploy: {exc.render().splitlines()[0]}")
-                with self._lock:
-                    self.outcome.statuses.setdefault(host, {})["roll"] = "failed"
-            else:
-                with self._lock:
-                    self.outcome.statuses[host]["roll"] = "failed"
+            if not outcome.statuses.get(host):
+                self.state.skip([host], f"rolling redeploy: {exc.render().splitlines()[0]}")
+            outcome.set(host, "roll", Status.FAILED)
             return False
 
     def _leave(self, api: RouterApi, host: str, url: str, batch: list[str]) -> None:
@@ -277,6 +239,6 @@ class RollingRunner(Runner):
             self._sleep(0.1)
 
     def _sleep(self, seconds: float) -> None:
-        if self._cancel.wait(seconds):
+        if self.state.cancelled.wait(seconds):
             raise StageError("interrupted (Ctrl-C) during the rolling redeploy")
 

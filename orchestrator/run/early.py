@@ -15,10 +15,9 @@ answer tells nothing.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,21 +62,15 @@ class HeldLog:
 
 
 class Speculation:
-    """The early checks of one host's stages (on a pool of threads of its own)."""
+    """The early checks of one host's stages, all asked at once (on a pool of threads of its
+    own): CHECKS[sid](held) runs SID's check, saying everything into `held`."""
 
-    def __init__(self, epoch: Callable[[], int]) -> None:
+    def __init__(self, epoch: Callable[[], int],
+                 checks: dict[str, Callable[[EarlyCheck], CheckResult]]) -> None:
         self._epoch = epoch
-        self._futures: dict[str, Future[EarlyCheck]] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    def start(self, sid: str, check: Callable[[EarlyCheck], CheckResult]) -> None:
-        """Ask SID's check now: CHECK(held) runs it, saying everything into `held`."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="early")
-            held = EarlyCheck(self._epoch())
-            self._futures[sid] = self._pool.submit(self._run, check, held)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="early")
+        self._futures = {sid: self._pool.submit(self._run, check, EarlyCheck(epoch()))
+                         for sid, check in checks.items()}
 
     @staticmethod
     def _run(check: Callable[[EarlyCheck], CheckResult], held: EarlyCheck) -> EarlyCheck:
@@ -92,8 +85,7 @@ class Speculation:
     def take(self, sid: str) -> EarlyCheck | None:
         """SID's early answer, if it was asked and nothing changed on the host since; else
         None (the check then runs in its turn)."""
-        with self._lock:
-            fut = self._futures.pop(sid, None)
+        fut = self._futures.pop(sid, None)
         if fut is None:
             return None
         held = fut.result()
@@ -103,7 +95,5 @@ class Speculation:
 
     def close(self) -> None:
         """Drop what was not taken (a check still running finishes on its own)."""
-        with self._lock:
-            pool, self._pool, self._futures = self._pool, None, {}
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._futures.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
