@@ -25,6 +25,7 @@ from orchestrator.bench.bench import load_results
 from orchestrator.bench.gantt import draw_gantt
 from orchestrator.errors import ConfigError
 from orchestrator.events import new_run_id, utc_now
+from orchestrator.summary import RunSummary
 
 TUNE_FILE = "tune.json"
 
@@ -74,8 +75,8 @@ def find_pin(runs_dir: Path, fingerprint: str | None,
         if not lock.is_file() or not summary.is_file():
             continue
         try:
-            record = json.loads(summary.read_text())
-        except ValueError:
+            record = RunSummary.read(summary)
+        except (ValueError, TypeError, KeyError):  # not JSON, or not a summary
             continue
         if run.name != deploy_run and not _started(record, fingerprint or ""):
             continue
@@ -86,13 +87,9 @@ def find_pin(runs_dir: Path, fingerprint: str | None,
     return None, None
 
 
-def _started(record: dict[str, Any], fingerprint: str) -> bool:
-    for h in (record.get("hosts") or {}).values():
-        for facts in (h.get("facts") or {}).values():
-            fp = facts.get("fingerprint") if isinstance(facts, dict) else None
-            if isinstance(fp, str) and fp and fingerprint.startswith(fp):
-                return True
-    return False
+def _started(summary: RunSummary, fingerprint: str) -> bool:
+    fps = (facts.get("fingerprint") for h in summary.hosts.values() for facts in h.facts.values())
+    return any(isinstance(fp, str) and fp and fingerprint.startswith(fp) for fp in fps)
 
 
 def series_of(results: dict[str, Any]) -> list[Series]:

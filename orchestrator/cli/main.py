@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -251,7 +252,7 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
         if early is not None:
             early.close()
     if args.json:
-        print(json.dumps(REDACTOR.redact(outcome.summary), indent=2, default=str))
+        print(json.dumps(REDACTOR.redact(outcome.summary.to_json()), indent=2, default=str))
     else:
         _print_summary(outcome, args.locked if args.dry_run else None)
     return outcome.exit_code
@@ -319,21 +320,18 @@ def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
     from orchestrator.cli.console import highlights, summary_table
     from orchestrator.pinfile import drift_lines
 
-    record = outcome.summary
+    summary = outcome.summary
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-    out.print(summary_table(record))
-    for line in highlights(record):
+    out.print(summary_table(summary))
+    for line in highlights(summary):
         out.print(line)
-    counts: dict[str, int] = {}
-    for h in record["hosts"].values():
-        for st in h["stages"].values():
-            counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
+    counts = Counter(st.status for h in summary.hosts.values() for st in h.stages.values())
     totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if drift_against:
-        for line in drift_lines(record, drift_against):
+        for line in drift_lines(summary, drift_against):
             out.print(line, markup=False)
     out.print(f"run {outcome.run_id}: {totals}; exit code {outcome.exit_code}; "
-              f"{record.get('duration_s', 0):.1f}s")
+              f"{summary.duration_s or 0:.1f}s")
     out.print(f"run record: {outcome.run_dir}/summary.json")
     out.print(f"events:     {outcome.run_dir}/events.jsonl")
     if outcome.lock_path is not None:
