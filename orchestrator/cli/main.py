@@ -85,31 +85,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    deploy = sub.add_parser(
-        "deploy", help="run a playbook on the inventory's hosts",
-        description="Run PLAYBOOK on the hosts of INVENTORY. Each stage checks the host first and "
-        "changes only what is missing, so running it again is safe.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_selection(deploy)
-    deploy.add_argument("--dry-run", action="store_true",
-                        help="run only the checks and print what WOULD change; change nothing")
-    deploy.add_argument("--rolling", action="store_true",
-                        help="redeploy the replicas behind the playbook's sglang_router one "
-                        "batch at a time: out of the router, drained, redeployed, verified, "
-                        "back in (no request lost)")
-    deploy.add_argument("--max-unavailable", type=int, default=1, metavar="N",
-                        help="with --rolling: replicas out of the router at once (default 1)")
-    deploy.set_defaults(func=cmd_deploy)
-
-    plan = sub.add_parser(
-        "plan", help="dry run: show what a deploy would change",
-        description="Same as `deploy --dry-run`: connects, runs every check, changes nothing.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_selection(plan)
-    plan.set_defaults(func=cmd_deploy, dry_run=True)
+    _add_deploy_and_plan(sub)
 
     validate = sub.add_parser(
         "validate", help="check a playbook (and inventory) without connecting anywhere",
@@ -136,6 +112,34 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                 continue
             add(sub)
     return parser
+
+
+def _add_deploy_and_plan(sub: Any) -> None:
+    """The `deploy` and `plan` subcommands."""
+    deploy = sub.add_parser(
+        "deploy", help="run a playbook on the inventory's hosts",
+        description="Run PLAYBOOK on the hosts of INVENTORY. Each stage checks the host first and "
+        "changes only what is missing, so running it again is safe.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_selection(deploy)
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="run only the checks and print what WOULD change; change nothing")
+    deploy.add_argument("--rolling", action="store_true",
+                        help="redeploy the replicas behind the playbook's sglang_router one "
+                        "batch at a time: out of the router, drained, redeployed, verified, "
+                        "back in (no request lost)")
+    deploy.add_argument("--max-unavailable", type=int, default=1, metavar="N",
+                        help="with --rolling: replicas out of the router at once (default 1)")
+    deploy.set_defaults(func=cmd_deploy)
+
+    plan = sub.add_parser(
+        "plan", help="dry run: show what a deploy would change",
+        description="Same as `deploy --dry-run`: connects, runs every check, changes nothing.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_selection(plan)
+    plan.set_defaults(func=cmd_deploy, dry_run=True)
 
 
 #: subcommands registered (and their modules imported) only for their own command or a listing
