@@ -1,16 +1,9 @@
 """The run summary (runs/<id>/summary.json) as dataclasses, and `RunRecord`, which builds it.
 
 `RunRecord` is an event handler: it keeps each host's status and each (host, stage) node's
-result as the run publishes them, and writes summary.json at the end. Readers (the console, the
-pin file, `report`, tests) get a `RunSummary`, from `DeployOutcome.summary` or, for a file on
-disk, `RunSummary.from_json`. On disk (`to_json`):
-
-    {"run_id", "playbook", "inventory", "dry_run", "started_at", "finished_at", "exit_code",
-     "duration_s", "hosts": {host: {"status", "stages": {stage_id: {"status", "duration_s",
-     "reason", "attempts", "error", "check_s"}}, "facts": {stage_id: {...}}, "error",
-     "duration_s"}}}
-
-A stage's fields that are None are left out; facts are what each stage recorded (ctx.record).
+result as the run publishes them, and writes summary.json (`RunSummary.to_json`: the fields
+below by name, a stage's None fields left out) at the end. Readers get a `RunSummary`, from
+`DeployOutcome.summary` or, for a file, `RunSummary.read`.
 """
 
 from __future__ import annotations

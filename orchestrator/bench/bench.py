@@ -190,12 +190,6 @@ class HostBench:
     module: str | None = None
     error: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The section, None fields left out."""
-        out = {**vars(self), "runs": [_some(vars(r)) for r in self.runs],
-               "server": vars(self.server) if self.server else None}
-        return _some(out)
-
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HostBench:
         """From results.json's section."""
@@ -230,12 +224,10 @@ class BenchResults:
                    for h in self.hosts.values())
 
     def to_json(self) -> dict[str, Any]:
-        """results.json's document."""
-        out = {"kind": RESULTS_KIND, "version": RESULTS_VERSION, **vars(self),
-               "options": asdict(self.options),
-               "hosts": {name: h.to_json() for name, h in self.hosts.items()}}
-        del out["path"]
-        return out
+        """results.json's document (fields that are None left out)."""
+        out = asdict(self, dict_factory=lambda kv: {k: v for k, v in kv if v is not None})
+        out.pop("path", None)
+        return {"kind": RESULTS_KIND, "version": RESULTS_VERSION, **out}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], path: str | None = None) -> BenchResults:
@@ -243,10 +235,6 @@ class BenchResults:
         data = {k: v for k, v in data.items() if k not in ("kind", "version")}
         return cls(**{**data, "options": BenchOptions.from_json(data["options"]), "path": path,
                       "hosts": {n: HostBench.from_json(h) for n, h in data["hosts"].items()}})
-
-
-def _some(fields: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in fields.items() if v is not None}
 
 
 @dataclass

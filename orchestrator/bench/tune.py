@@ -205,10 +205,8 @@ class TuneState:
 
     def to_json(self) -> dict[str, Any]:
         """tune.json's document (candidates as a list, in the order first measured)."""
-        rec = self.recommendation
-        return {"kind": "orchestrator-tune", **vars(self), "workload": asdict(self.workload),
-                "candidates": [asdict(e) for e in self.candidates.values()],
-                "recommendation": asdict(rec) if rec is not None else None}
+        out = asdict(self)
+        return {"kind": "orchestrator-tune", **out, "candidates": [*out["candidates"].values()]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuneState:

@@ -59,14 +59,9 @@ JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSO
 class StageLog(Protocol):
     """What a stage logs with: a structlog logger (or orchestrator.speculate's HeldLog)."""
 
-    def debug(self, event: str, **kw: object) -> object:
-        """A debug line."""
-
-    def info(self, event: str, **kw: object) -> object:
-        """An info line."""
-
-    def warning(self, event: str, **kw: object) -> object:
-        """A warning (shown on the console)."""
+    def debug(self, event: str, **kw: object) -> object: ...
+    def info(self, event: str, **kw: object) -> object: ...
+    def warning(self, event: str, **kw: object) -> object: ...
 
 
 @dataclass
