@@ -6,7 +6,7 @@ events.jsonl writer, the run record (summary.json), the log routing, the runner,
 console view, a test's collector); a handler that also has `on_log` receives the log lines.
 
     outcome = deploy("playbooks/kimi-k2.6-eagle3.yaml", ".sim/try/inventory.yaml")
-    outcome.exit_code, outcome.summary["hosts"]["gpu-1"]["stages"]
+    outcome.exit_code, outcome.summary.hosts["gpu-1"].stages["server"].status
 
 Nothing here prints: rendering lives in cli/.
 """
@@ -26,7 +26,6 @@ from orchestrator.events import (
     JsonlWriter,
     LogHandler,
     RunLog,
-    RunRecord,
     new_run_id,
 )
 from orchestrator.logs import configure, get_logger
@@ -42,6 +41,8 @@ from orchestrator.plan import (
 )
 from orchestrator.plancache import PlanCache
 from orchestrator.redact import REDACTOR
+from orchestrator.status import Status
+from orchestrator.summary import RunRecord, RunSummary
 
 if TYPE_CHECKING:
     from orchestrator.config.reads import ReadLog
@@ -67,11 +68,11 @@ class DeployStart:
 
 @dataclass(frozen=True)
 class DeployOutcome:
-    """What a deploy did: its exit code, the summary (summary.json data) and where it wrote."""
+    """What a deploy did: its exit code, the summary (summary.json) and where it wrote."""
 
     run_id: str
     exit_code: int
-    summary: dict[str, Any]
+    summary: RunSummary
     run_dir: Path
 
     @property
@@ -90,10 +91,9 @@ class DeployOutcome:
         path = self.run_dir / "deploy.lock.json"
         return path if path.exists() else None
 
-    def statuses(self, host: str) -> dict[str, str]:
+    def statuses(self, host: str) -> dict[str, Status]:
         """Stage id -> status on one host."""
-        stages = self.summary["hosts"][host]["stages"]
-        return {sid: st.get("status", "?") for sid, st in stages.items()}
+        return {sid: st.status for sid, st in self.summary.hosts[host].stages.items()}
 
 
 class _Session:
@@ -119,7 +119,7 @@ class _Session:
         """Write summary.json and the pin file, close events.jsonl, link runs/latest."""
         self.record.finish(exit_code)
         self.record.write(self.dir / "summary.json")
-        lock = build_pin(self.record.data)
+        lock = build_pin(self.record.summary)
         if not self.dry_run and lock["stages"]:
             write_pin(REDACTOR.redact(lock), self.dir / "deploy.lock.json")
         self.writer.close()
@@ -188,7 +188,7 @@ def deploy(
     finally:
         if early is not None:
             early.close()
-    return DeployOutcome(session.run_id, exit_code, session.record.data, session.dir)
+    return DeployOutcome(session.run_id, exit_code, session.record.summary, session.dir)
 
 
 class _Prepared:

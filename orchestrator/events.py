@@ -1,4 +1,4 @@
-"""The events of a run, the bus that delivers them, and the run's file subscribers.
+"""The events of a run, the bus that delivers them, and the events.jsonl writer.
 
 The runner publishes typed events (one frozen dataclass per event, below); consumers implement
 the methods of `EventHandler` they need (one method per event, no-op defaults, as pyinfra's
@@ -8,7 +8,7 @@ left out). Everything is redacted before it is delivered.
 
 Log lines are not events: structlog output reaches the run's `RunLog` (see orchestrator/logs.py),
 which writes them into the same events.jsonl and hands them to LogHandlers; they never travel
-through the bus.
+through the bus. The run summary (summary.json) is another subscriber: orchestrator/summary.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import functools
 import json
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
@@ -26,24 +25,8 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from orchestrator.redact import REDACTOR, Redactor
 
-#: Statuses of a (host, stage) node, in the order the summary sorts them.
-STATUSES = ("ok", "changed", "would-change", "failed", "skipped", "unreachable", "interrupted")
-
 #: One line of events.jsonl (an event or a log line), as a dict.
 Record = dict[str, Any]
-
-
-def json_text(value: Any, depth: int, indent: str = "") -> str:
-    """VALUE as JSON, objects indented two spaces for DEPTH levels and each deeper value on one
-    line: summary.json reads as hosts, stages and facts, one line each, and is written by the
-    C encoder (json.dumps with `indent` runs the pure-Python one: 8.4 against 2.4 ms for a
-    16-host summary here)."""
-    if depth and isinstance(value, dict) and value:
-        inner = indent + "  "
-        items = (f"{inner}{json.dumps(str(k))}: {json_text(v, depth - 1, inner)}"
-                 for k, v in value.items())
-        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
-    return json.dumps(value, default=str)
 
 
 def utc_now() -> str:
@@ -535,70 +518,3 @@ class JsonlWriter:
         """Close the file."""
         with self._lock:
             self._fh.close()
-
-
-class RunRecord(EventHandler):
-    """Handler that keeps host x stage status and durations; writes summary.json."""
-
-    def __init__(self, run_id: str, playbook: str, inventory: str, dry_run: bool = False):
-        self.run_id = run_id
-        self.started = time.time()
-        self.data: dict[str, Any] = {
-            "run_id": run_id,
-            "playbook": playbook,
-            "inventory": inventory,
-            "dry_run": dry_run,
-            "started_at": utc_now(),
-            "finished_at": None,
-            "exit_code": None,
-            "hosts": {},
-        }
-
-    def _host(self, name: str) -> dict[str, Any]:
-        return self.data["hosts"].setdefault(
-            name, {"status": "pending", "stages": {}, "facts": {}, "error": None}
-        )
-
-    def on_host_started(self, e: HostStarted) -> None:
-        """Hosts appear in the summary in the order they start."""
-        self._host(e.host)
-
-    def on_host_unreachable(self, e: HostUnreachable) -> None:
-        """The host's status and error."""
-        h = self._host(e.host)
-        h["status"], h["error"] = "unreachable", e.error
-
-    def on_host_lock_held(self, e: HostLockHeld) -> None:
-        """The host's status and who holds it."""
-        h = self._host(e.host)
-        h["status"], h["error"] = "locked", e.error
-
-    def on_stage_finished(self, e: StageFinished) -> None:
-        """The stage's entry (status, duration_s, reason, attempts, error, check_s) and facts."""
-        h = self._host(e.host)
-        st = h["stages"].setdefault(e.stage, {})
-        payload = e.payload()
-        for key in ("status", "duration_s", "reason", "attempts", "error", "check_s"):
-            if key in payload:
-                st[key] = payload[key]
-        if e.facts:
-            h["facts"][e.stage] = e.facts
-
-    def on_host_finished(self, e: HostFinished) -> None:
-        """The host's overall status and duration."""
-        h = self._host(e.host)
-        h["status"] = e.status
-        h["duration_s"] = e.duration_s
-
-    def finish(self, exit_code: int) -> None:
-        """Stamp the end of the run."""
-        self.data["finished_at"] = utc_now()
-        self.data["duration_s"] = round(time.time() - self.started, 3)
-        self.data["exit_code"] = exit_code
-
-    def write(self, path: Path, redactor: Redactor = REDACTOR) -> None:
-        """Write summary.json atomically."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json_text(redactor.redact(self.data), depth=4) + "\n")
-        os.replace(tmp, path)

@@ -25,19 +25,21 @@ from typing import Any
 
 from orchestrator.errors import ConfigError, ConfigProblem, Location
 from orchestrator.events import utc_now
+from orchestrator.status import Status
+from orchestrator.summary import RunSummary
 
 LOCK_VERSION = 1
 
 
-def build_pin(record: dict[str, Any]) -> dict[str, Any]:
-    """A lock document from a run record (summary.json data)."""
+def build_pin(summary: RunSummary) -> dict[str, Any]:
+    """A lock document from a run's summary."""
     hosts: dict[str, dict[str, Any]] = {}
-    for host, h in record.get("hosts", {}).items():
-        for sid, facts in (h.get("facts") or {}).items():
-            status = ((h.get("stages") or {}).get(sid) or {}).get("status")
-            if status not in ("ok", "changed"):
+    for host, h in summary.hosts.items():
+        for sid, facts in h.facts.items():
+            st = h.stages.get(sid)
+            if st is None or st.status not in (Status.OK, Status.CHANGED):
                 continue  # a failed stage's facts are not what the host runs
-            if isinstance(facts, dict) and isinstance(facts.get("lock"), dict):
+            if isinstance(facts.get("lock"), dict):
                 hosts.setdefault(host, {})[sid] = facts["lock"]
     stages: dict[str, Any] = {}
     for per_host in hosts.values():
@@ -48,12 +50,12 @@ def build_pin(record: dict[str, Any]) -> dict[str, Any]:
     agreed = {sid: entries[0] for sid, entries in stages.items() if len(entries) == 1}
     return {
         "lock_version": LOCK_VERSION,
-        "playbook": record.get("playbook"),
-        "inventory": record.get("inventory"),
-        "run_id": record.get("run_id"),
+        "playbook": summary.playbook,
+        "inventory": summary.inventory,
+        "run_id": summary.run_id,
         "created_at": utc_now(),
         # a lock from a failed deploy only holds the stages that ended ok or changed
-        "complete": record.get("exit_code") == 0,
+        "complete": summary.exit_code == 0,
         "stages": agreed,
         "disagreements": sorted(sid for sid, e in stages.items() if len(e) > 1),
         "hosts": hosts,
@@ -86,18 +88,15 @@ def load_pin(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data
 
 
-def drift_lines(record: dict[str, Any], lock_path: str) -> list[str]:
-    """The drift section `plan --locked` prints after its table (from summary.json data).
+def drift_lines(summary: RunSummary, lock_path: str) -> list[str]:
+    """The drift section `plan --locked` prints after its table.
 
     A stage whose reason starts with "drift:" differs from the lock; those marked "(deploy
     --locked refuses this)" would be refused, the others a locked deploy brings back to the lock.
     """
-    drifts = []
-    for host, h in record.get("hosts", {}).items():
-        for sid, st in (h.get("stages") or {}).items():
-            reason = str(st.get("reason") or "")
-            if st.get("status") == "would-change" and reason.startswith("drift:"):
-                drifts.append(f"  {host} {sid}: {reason[len('drift:'):].strip()}")
+    drifts = [f"  {host} {sid}: {st.reason[len('drift:'):].strip()}"
+              for host, h in summary.hosts.items() for sid, st in h.stages.items()
+              if st.status == Status.WOULD_CHANGE and (st.reason or "").startswith("drift:")]
     if not drifts:
         return [f"no drift against {lock_path}"]
     return [f"drift against {lock_path} ({len(drifts)}):", *drifts]

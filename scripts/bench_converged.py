@@ -458,7 +458,34 @@ class Row:
     median_cpu_s: float | None
     median_machine_cpu_s: float | None
     ratio_to_orchestrator: float | None = None
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+
+
+@dataclass
+class Results:
+    """What runs/bench/converged.json holds (`to_json`)."""
+
+    playbook: str
+    machine: dict[str, Any]
+    #: our commit, whether orchestrator/ had changes, the command timed
+    orchestrator: dict[str, Any]
+    anchors: dict[str, list[str]]
+    repeat: int
+    warm_each: bool
+    sizes: list[int]
+    tools: list[str]
+    #: --negative: which tool detected the truncated file, and our repair
+    negative: dict[str, Any] | None
+    first_connect_s: dict[str, Any] | None
+    load: dict[str, float]
+    ok: bool
+    took_s: float
+    results: list[Row]
+    when: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document."""
+        return {"benchmark": "converged re-run, side by side", **asdict(self)}
 
 
 def summarize(runs: list[Run], sizes: list[int], tools: list[str]) -> list[Row]:
@@ -475,7 +502,7 @@ def summarize(runs: list[Run], sizes: list[int], tools: list[str]) -> list[Row]:
                       max(r.maxrss_mib for r in mine),
                       round(statistics.median(r.cpu_s for r in mine), 2),
                       round(statistics.median(r.machine_cpu_s for r in mine), 2),
-                      runs=[asdict(r) for r in mine])
+                      runs=mine)
             if tool == "orchestrator":
                 ours = row
             rows.append(row)
@@ -508,7 +535,7 @@ def print_tables(rows: list[Row], sizes: list[int], tools: list[str], repeat: in
           f"{'client CPU':>10} {'machine CPU':>11} {'ratio':>6}  runs (wall s)")
     for r in rows:
         ratio = f"{r.ratio_to_orchestrator:.2f}" if r.ratio_to_orchestrator is not None else "-"
-        walls = " ".join(f"{x['wall_s']:.2f}" for x in r.runs)
+        walls = " ".join(f"{x.wall_s:.2f}" for x in r.runs)
         print(f"{r.hosts:>5}  {LABELS[r.tool]:<17} {r.median_wall_s:>7.2f} {r.per_host_s:>8.3f} "
               f"{r.peak_rss_mib:>5.0f} MiB {r.median_cpu_s:>8.2f} s {r.median_machine_cpu_s:>9.2f} "
               f"s {ratio:>6}  {walls}{'' if r.ok else '  FAILED'}")
@@ -667,23 +694,18 @@ def main() -> int:
         out = out if out.is_absolute() else REPO / out
         out.parent.mkdir(parents=True, exist_ok=True)
         dirty = bool(_git("status", "--porcelain", "--", "orchestrator"))
-        out.write_text(json.dumps({
-            "benchmark": "converged re-run, side by side",
-            "playbook": str(PLAYBOOK.relative_to(REPO)),
-            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                        "openssh": subprocess.run(["ssh", "-V"], capture_output=True,
-                                                  text=True).stderr.strip()},
-            "orchestrator": {"commit": _git("rev-parse", "HEAD"), "dirty": dirty,
-                             "command": bench.orchestrator[-1]},
-            "anchors": {t: list(PINS[t]) for t in PINS if t in tools},
-            "repeat": args.repeat, "warm_each": bool(args.warm_each), "sizes": sizes,
-            "tools": tools, "negative": checked,
-            "first_connect_s": first,
-            "load": load,
-            "ok": all_ok, "took_s": round(time.monotonic() - started, 1),
-            "results": [asdict(r) for r in rows],
-        }, indent=1) + "\n")
+        out.write_text(json.dumps(Results(
+            playbook=str(PLAYBOOK.relative_to(REPO)),
+            machine={"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                     "openssh": subprocess.run(["ssh", "-V"], capture_output=True,
+                                               text=True).stderr.strip()},
+            orchestrator={"commit": _git("rev-parse", "HEAD"), "dirty": dirty,
+                          "command": bench.orchestrator[-1]},
+            anchors={t: list(PINS[t]) for t in PINS if t in tools}, repeat=args.repeat,
+            warm_each=bool(args.warm_each), sizes=sizes, tools=tools, negative=checked,
+            first_connect_s=first, load=load, ok=all_ok,
+            took_s=round(time.monotonic() - started, 1), results=rows,
+        ).to_json(), indent=1) + "\n")
         print(f"\nresults: {out}\nlogs:    {work / 'logs'}\n"
               f"took {time.monotonic() - started:.0f}s")
     finally:

@@ -16,13 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from orchestrator.status import Status
+from orchestrator.summary import RunSummary
 from orchestrator_sim.fleet import SimFleet
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOK = str(REPO / "playbooks/kimi-k2.6-eagle3.yaml")
 
 
-def deploy(inv: Path, runs: Path, *extra: str) -> tuple[float, dict]:
+def deploy(inv: Path, runs: Path, *extra: str) -> tuple[float, RunSummary]:
     env = {**os.environ, "ORCHESTRATOR_RUN_DIR": str(runs)}
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "orchestrator", "deploy", PLAYBOOK, "-i", str(inv),
@@ -30,7 +32,7 @@ def deploy(inv: Path, runs: Path, *extra: str) -> tuple[float, dict]:
     took = time.monotonic() - t0
     if not p.stdout.strip():
         raise SystemExit(f"deploy printed no summary:\n{p.stderr}")
-    return took, json.loads(p.stdout)
+    return took, RunSummary.from_json(json.loads(p.stdout))
 
 
 def main() -> int:
@@ -45,22 +47,22 @@ def main() -> int:
         inv = Path(fleet.inventory_path)
         first, s1 = deploy(inv, work / "runs")
         second, s2 = deploy(inv, work / "runs")
-        assert s1["exit_code"] == 0 and s2["exit_code"] == 0, (s1, s2)
-        stages = s2["hosts"]["gpu-1"]["stages"]
-        assert {st["status"] for st in stages.values()} == {"ok"}, stages
+        assert s1.exit_code == 0 and s2.exit_code == 0, (s1, s2)
+        stages = s2.hosts["gpu-1"].stages
+        assert {st.status for st in stages.values()} == {Status.OK}, stages
         print(f"time scale {args.time_scale} (simulated load {960 * args.time_scale:.1f}s)")
         print(f"first deploy (box as found)     {first:7.2f}s")
         print(f"converged re-run (all ok)       {second:7.2f}s   ratio {second / first:.3f}")
         print("per-stage check on the converged host:")
         for sid, st in stages.items():
-            print(f"  {sid:<10} {st.get('check_s', st['duration_s']):6.3f}s")
+            print(f"  {sid:<10} {st.duration_s if st.check_s is None else st.check_s:6.3f}s")
 
         # a server that dies while loading: break CUDA, stop the server, deploy without health
         fleet.fault("gpu-1", "uvm-cgroup")
         subprocess.run([sys.executable, "-m", "orchestrator", "stop", "-i", str(inv),
                         "--limit", "gpu"], capture_output=True, check=True)
         took, s3 = deploy(inv, work / "runs", "--skip", "health")
-        ends = [st for st in s3["hosts"]["gpu-1"]["stages"].values() if st["status"] == "failed"]
+        ends = [st for st in s3.hosts["gpu-1"].stages.values() if st.status == Status.FAILED]
         print(f"server dying while loading: deploy failed after {took:.2f}s "
               f"(wait_ready timeout 30 min; ratio {took / 1800:.5f})" if ends else
               "server dying while loading: NOT detected")

@@ -58,6 +58,8 @@ from orchestrator.events import (
 )
 from orchestrator.options import RunOptions
 from orchestrator.redact import REDACTOR
+from orchestrator.status import Status
+from orchestrator.summary import RunSummary
 from orchestrator_sim.fleet import SimFleet
 from orchestrator_sim.fleet import host_pids as marked_pids
 from orchestrator_sim.procs import alive as pid_alive
@@ -197,11 +199,11 @@ class _Counter(EventHandler):
         self._count(str(record.get("event")))
 
 
-def _latest_record(runs: Path) -> tuple[Path, dict[str, Any]]:
+def _latest_record(runs: Path) -> tuple[Path, RunSummary]:
     """The run dir and summary of the deploy that just raised (it wrote its record)."""
     run_dir = (runs / "latest").resolve()
     path = run_dir / "summary.json"
-    return run_dir, json.loads(path.read_text()) if path.exists() else {"hosts": {}}
+    return run_dir, RunSummary.read(path) if path.exists() else RunSummary("?", "?", "?")
 
 
 def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
@@ -220,15 +222,15 @@ def deploy(inventory: Path, runs: Path, wait_for_host: float) -> Deploy:
         exit_code, crash = 1, REDACTOR.redact(traceback.format_exc())
         run_dir, summary = _latest_record(runs)
     counts = counter.counts
-    statuses = {h: {sid: st.get("status", "?") for sid, st in data["stages"].items()}
-                for h, data in summary["hosts"].items()}
+    statuses = {h: {sid: str(st.status) for sid, st in data.stages.items()}
+                for h, data in summary.hosts.items()}
     errors = [crash] if crash else []
-    for h, data in summary["hosts"].items():
-        if data.get("error"):
-            errors.append(f"{h}: {str(data['error']).splitlines()[0]}")
-        for sid, st in data["stages"].items():
-            if st.get("status") == "failed":
-                errors.append(f"{h}/{sid}: {str(st.get('error', '')).splitlines()[:3]}")
+    for h, data in summary.hosts.items():
+        if data.error:
+            errors.append(f"{h}: {data.error.splitlines()[0]}")
+        for sid, st in data.stages.items():
+            if st.status == Status.FAILED:
+                errors.append(f"{h}/{sid}: {(st.error or '').splitlines()[:3]}")
     return Deploy(exit_code, round(time.monotonic() - t0, 2), str(run_dir), statuses, counts,
                   errors)
 

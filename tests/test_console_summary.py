@@ -8,11 +8,13 @@ from typing import Any
 from rich.console import Console
 
 from orchestrator.cli.console import WIDE, highlights, summary_table
+from orchestrator.summary import RunSummary
 
 
-def record(hosts: int, failed: dict[str, str] | None = None) -> dict[str, Any]:
+def record(hosts: int, failed: dict[str, str] | None = None) -> RunSummary:
     failed = failed or {}
-    out: dict[str, Any] = {"hosts": {}}
+    out: dict[str, Any] = {"run_id": "r1", "playbook": "pb.yaml", "inventory": "inv.yaml",
+                           "hosts": {}}
     for i in range(1, hosts + 1):
         name = f"gpu-{i}"
         bad = failed.get(name)
@@ -24,7 +26,7 @@ def record(hosts: int, failed: dict[str, str] | None = None) -> dict[str, Any]:
             "facts": {} if bad else {"ready": {"ready_after_s": 2.0 + i / 10,
                                                "accept_length": 2.67, "version": "0.5.23"}},
         }
-    return out
+    return RunSummary.from_json(out)
 
 
 def text(renderable: Any) -> str:

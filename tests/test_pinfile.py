@@ -17,21 +17,23 @@ from orchestrator.pinfile import LOCK_VERSION, build_pin, drift_lines, load_pin,
 from orchestrator.stages._pinning import arg_changes, bind_scope, launch_pin, placeholders
 from orchestrator.stages.base import Needed, StageContext
 from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage
+from orchestrator.summary import RunSummary
 
 COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
 
 
 def _host(stages: dict[str, tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
     return {
-        "status": "done",
+        "status": "ok",
         "stages": {sid: {"status": status} for sid, (status, _) in stages.items()},
         "facts": {sid: ({"lock": lock, "other": 1} if lock is not None else {"other": 1})
                   for sid, (_, lock) in stages.items()},
     }
 
 
-def _record(**hosts: dict[str, Any]) -> dict[str, Any]:
-    return {"run_id": "r1", "playbook": "pb.yaml", "inventory": "inv.yaml", "hosts": hosts}
+def _record(**hosts: dict[str, Any]) -> RunSummary:
+    return RunSummary.from_json(
+        {"run_id": "r1", "playbook": "pb.yaml", "inventory": "inv.yaml", "hosts": hosts})
 
 
 def test_build_pin_keeps_what_every_host_agreed_on() -> None:

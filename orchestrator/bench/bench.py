@@ -9,9 +9,9 @@ and drafter identity) and /server_info are recorded; then one benchmark run per 
 orchestrator.sglang.benchmark), the API key in the command's environment. Every figure in
 results.json is parsed from the benchmark's printed result block; nothing is computed here.
 
-results.json is rewritten after every run, so a server that dies midway leaves the runs already
-measured; the failed run records the benchmark's exit code and last lines, and the host's
-remaining concurrencies are skipped once the server is found gone.
+results.json (`BenchResults.to_json`) is rewritten after every run, so a server that dies midway
+leaves the runs already measured; the failed run records the benchmark's exit code and last
+lines, and the host's remaining concurrencies are skipped once the server is found gone.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,8 @@ RESULTS_KIND = "orchestrator-bench"
 RESULTS_VERSION = 1
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 
-#: (host, concurrency, run record) after each run; run["ok"] says whether it produced figures
-Progress = Callable[[str, int, dict[str, Any]], None]
+#: (host, concurrency, run) after each run; run.ok says whether it produced figures
+Progress = Callable[[str, int, "BenchRun"], None]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ class BenchOptions:
     dataset_path: str | None = None
     #: seconds one benchmark run may take
     run_timeout: float = 3600.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BenchOptions:
+        """From its JSON (asdict) form."""
+        return cls(**{**data, "concurrency": tuple(data["concurrency"])})
 
     def prompts_for(self, concurrency: int) -> int:
         """Requests of the run at this concurrency."""
@@ -130,13 +136,114 @@ def resolve_servers(playbook: str | os.PathLike[str], inventory: str | os.PathLi
     return out
 
 
+@dataclass(frozen=True)
+class BenchRun:
+    """One benchmark run at one concurrency: its figures, or why there are none."""
+
+    concurrency: int
+    num_prompts: int
+    exit_code: int
+    wall_s: float
+    #: the benchmark's command line (redacted), without the interpreter
+    command: str
+    ok: bool
+    #: the figures of its result block (orchestrator.sglang.benchmark.parse_result)
+    result: dict[str, Any] | None = None
+    #: the result block as printed
+    lines: list[str] | None = None
+    error: str | None = None
+    #: the last lines of a failed run's output
+    tail: str | None = None
+
+    def figure(self, key: str) -> float | None:
+        """A figure of a run that produced them (None when not measured)."""
+        v = (self.result or {}).get(key) if self.ok else None
+        return float(v) if isinstance(v, (int, float)) else None
+
+
+@dataclass(frozen=True)
+class BenchServer:
+    """What identifies the server benchmarked: fingerprint, exact arguments, versions."""
+
+    fingerprint: str | None = None
+    args: list[str] | None = None
+    python: str | None = None
+    sglang_version: str | None = None
+    model: str | None = None
+    drafter: str | None = None
+    pid: int | None = None
+    #: /server_info's speculative settings (and max_running_requests)
+    speculative: dict[str, Any] = field(default_factory=dict)
+    #: baseline, or the speculative settings (the name in reports)
+    label: str | None = None
+
+
+@dataclass
+class HostBench:
+    """One host's section of results.json: its server, its runs, or why it has none."""
+
+    url: str | None = None
+    state_dir: str | None = None
+    runs: list[BenchRun] = field(default_factory=list)
+    server: BenchServer | None = None
+    #: the benchmark module run (sglang.bench_serving or sglang.benchmark.serving)
+    module: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> HostBench:
+        """From results.json's section."""
+        server = data.get("server")
+        return cls(**{**data, "runs": [BenchRun(**r) for r in data.get("runs", [])],
+                      "server": BenchServer(**server) if server else None})
+
+
+@dataclass
+class BenchResults:
+    """results.json: the workload, and each host's server and runs."""
+
+    run_id: str
+    playbook: str
+    inventory: str
+    options: BenchOptions
+    #: the configuration's name in reports (default: the servers' own label, or "mixed")
+    label: str | None = None
+    #: the deploy run that started the server (tune), for its pin file
+    deploy_run: str | None = None
+    created_at: str = ""
+    hosts: dict[str, HostBench] = field(default_factory=dict)
+    finished_at: str | None = None
+    exit_code: int | None = None
+    #: the file it was read from (not written)
+    path: str | None = field(default=None, compare=False)
+
+    def measured_all(self) -> bool:
+        """Every host measured every concurrency."""
+        want = len(self.options.concurrency)
+        return all(not h.error and len(h.runs) == want and all(r.ok for r in h.runs)
+                   for h in self.hosts.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """results.json's document (fields that are None left out)."""
+        out = asdict(self, dict_factory=lambda kv: {k: v for k, v in kv if v is not None})
+        out.pop("path", None)
+        return {"kind": RESULTS_KIND, "version": RESULTS_VERSION, **out}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], path: str | None = None) -> BenchResults:
+        """From results.json's document."""
+        data = {k: v for k, v in data.items() if k not in ("kind", "version")}
+        return cls(**{**data, "options": BenchOptions.from_json(data["options"]), "path": path,
+                      "hosts": {n: HostBench.from_json(h) for n, h in data["hosts"].items()}})
+
+
 @dataclass
 class BenchOutcome:
-    """What a bench did: its exit code, results.json data and where it wrote."""
+    """What a bench did: its exit code, its results and where it wrote."""
 
     run_id: str
     exit_code: int
-    results: dict[str, Any]
+    results: BenchResults
     run_dir: Path
 
     @property
@@ -148,16 +255,17 @@ class BenchOutcome:
 class _Writer:
     """results.json, rewritten atomically after every change (threads share it)."""
 
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+    def __init__(self, path: Path, results: BenchResults) -> None:
         self.path = path
-        self.data = data
+        self.results = results
         self.lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         self.flush()
 
     def flush(self) -> None:
         with self.lock:
-            text = json.dumps(REDACTOR.redact(self.data), indent=1, sort_keys=True, default=str)
+            text = json.dumps(REDACTOR.redact(self.results.to_json()), indent=1, sort_keys=True,
+                              default=str)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(text + "\n")
             os.replace(tmp, self.path)
@@ -174,20 +282,18 @@ def _label(info: dict[str, Any] | None) -> str:
             f"draft_tokens={info.get('speculative_num_draft_tokens')}")
 
 
-def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> dict[str, Any]:
+def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> BenchServer:
     """What identifies the server benchmarked: fingerprint, exact arguments, versions."""
     fp = st.fingerprint or {}
     parts = fp.get("parts") if isinstance(fp.get("parts"), dict) else {}
     info = info or {}
     spec_keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                  "speculative_num_draft_tokens", "max_running_requests")
-    return {
-        "fingerprint": fp.get("fingerprint"), "args": parts.get("args"),
-        "python": parts.get("python"), "sglang_version": info.get("version") or
-        parts.get("sglang"), "model": parts.get("model"), "drafter": parts.get("drafter"),
-        "pid": st.process.pid, "speculative": {k: info.get(k) for k in spec_keys},
-        "label": _label(info),
-    }
+    return BenchServer(
+        fingerprint=fp.get("fingerprint"), args=parts.get("args"), python=parts.get("python"),
+        sglang_version=info.get("version") or parts.get("sglang"), model=parts.get("model"),
+        drafter=parts.get("drafter"), pid=st.process.pid,
+        speculative={k: info.get(k) for k in spec_keys}, label=_label(info))
 
 
 def _open(target: ServerTarget, budget: float) -> Host:
@@ -202,7 +308,7 @@ def _status(host: Host, target: ServerTarget) -> ServerStatus:
 
 
 def _one_run(host: Host, target: ServerTarget, version: str | None, options: BenchOptions,
-             concurrency: int) -> dict[str, Any]:
+             concurrency: int) -> BenchRun:
     """One benchmark run at one concurrency: its figures, or why there are none."""
     spec = benchmark.BenchSpec(
         base_url=target.url, concurrency=concurrency,
@@ -214,49 +320,42 @@ def _one_run(host: Host, target: ServerTarget, version: str | None, options: Ben
     env = {"OPENAI_API_KEY": target.api_key} if target.api_key else None
     res = host.run_argv(argv, env=env, timeout=options.run_timeout)
     figures = benchmark.parse_result(res.stdout)
-    run: dict[str, Any] = {
-        "concurrency": concurrency, "num_prompts": spec.num_prompts, "exit_code": res.exit_code,
-        "wall_s": round(res.duration, 3), "command": REDACTOR.redact(" ".join(argv[1:])),
-    }
+    run = partial(BenchRun, concurrency, spec.num_prompts, res.exit_code, round(res.duration, 3),
+                  REDACTOR.redact(" ".join(argv[1:])))
     if res.ok and figures is not None and figures.get("completed"):
-        run.update(ok=True, result=figures, lines=benchmark.result_block(res.stdout))
-    else:
-        why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
-        if figures is not None and not figures.get("completed"):
-            why = "no request succeeded"
-        run.update(ok=False, error=why, tail=REDACTOR.redact(res.tail(15)))
-    return run
+        return run(ok=True, result=figures, lines=benchmark.result_block(res.stdout))
+    why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
+    if figures is not None and not figures.get("completed"):
+        why = "no request succeeded"
+    return run(ok=False, error=why, tail=REDACTOR.redact(res.tail(15)))
 
 
 def _bench_host(target: ServerTarget, options: BenchOptions, writer: _Writer,
                 progress: Progress | None, budget: float) -> None:
     """Every run of one host; its section of results.json is kept current."""
-    rec: dict[str, Any] = {"url": target.url, "state_dir": target.state_dir, "runs": []}
-    writer.data["hosts"][target.host] = rec
+    rec = writer.results.hosts[target.host] = HostBench(target.url, target.state_dir)
     host = _open(target, budget)
     try:
         st = _status(host, target)
         if not st.running or st.health is None or not st.health.ok:
-            rec["error"] = (f"no running, healthy SGLang server in {target.state_dir} "
-                            "(deploy first)")
+            rec.error = f"no running, healthy SGLang server in {target.state_dir} (deploy first)"
             return
         answer = host.fact(HttpAnswer, url=target.url + "/server_info", headers=target.auth(),
                            timeout=10)
         info = answer.json_if_ok()
-        rec["server"] = _server_record(st, info if isinstance(info, dict) else None)
-        version = rec["server"]["sglang_version"]
-        rec["module"] = benchmark.module_for(version)
+        rec.server = _server_record(st, info if isinstance(info, dict) else None)
+        rec.module = benchmark.module_for(rec.server.sglang_version)
         writer.flush()
         for c in options.concurrency:
-            run = _one_run(host, target, version, options, c)
-            rec["runs"].append(run)
-            if not run["ok"] and not _status(host, target).running:
-                rec["error"] = (f"the server died during the run at concurrency {c}; "
-                                f"{len(rec['runs']) - 1} run(s) measured before it kept")
+            run = _one_run(host, target, rec.server.sglang_version, options, c)
+            rec.runs.append(run)
+            if not run.ok and not _status(host, target).running:
+                rec.error = (f"the server died during the run at concurrency {c}; "
+                             f"{len(rec.runs) - 1} run(s) measured before it kept")
             writer.flush()
             if progress is not None:
                 progress(target.host, c, run)
-            if rec.get("error"):
+            if rec.error:
                 return
     finally:
         host.transport.close()
@@ -273,41 +372,28 @@ def run_bench(playbook: str | os.PathLike[str], inventory: str | os.PathLike[str
     targets = resolve_servers(playbook, inventory, cli_vars, limit)
     run_id = new_run_id()
     out_dir = Path(run_dir) / run_id
-    data: dict[str, Any] = {
-        "kind": RESULTS_KIND, "version": RESULTS_VERSION, "run_id": run_id, "label": label,
-        "playbook": str(playbook), "inventory": str(inventory), "deploy_run": deploy_run,
-        "created_at": utc_now(), "options": asdict(options), "hosts": {},
-    }
-    writer = _Writer(out_dir / "bench" / "results.json", data)
+    results = BenchResults(run_id, str(playbook), str(inventory), options, label, deploy_run,
+                           created_at=utc_now())
+    writer = _Writer(out_dir / "bench" / "results.json", results)
 
     def one(target: ServerTarget) -> None:
         try:
             _bench_host(target, options, writer, progress, budget)
         except OrchestratorError as exc:
-            data["hosts"].setdefault(target.host, {"runs": []})["error"] = exc.render()
+            results.hosts.setdefault(target.host, HostBench()).error = exc.render()
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as ex:
         list(ex.map(one, targets))
-    data["finished_at"] = utc_now()
-    data["exit_code"] = exit_code(data)
-    if data["label"] is None:
-        labels = {h.get("server", {}).get("label") for h in data["hosts"].values()} - {None}
-        data["label"] = labels.pop() if len(labels) == 1 else "mixed"
+    results.finished_at = utc_now()
+    results.exit_code = 0 if results.measured_all() else 1
+    if results.label is None:
+        labels = {h.server.label for h in results.hosts.values() if h.server} - {None}
+        results.label = labels.pop() if len(labels) == 1 else "mixed"
     writer.flush()
-    return BenchOutcome(run_id, data["exit_code"], data, out_dir)
+    return BenchOutcome(run_id, results.exit_code, results, out_dir)
 
 
-def exit_code(data: dict[str, Any]) -> int:
-    """0 when every host measured every concurrency; 1 otherwise."""
-    want = len(data.get("options", {}).get("concurrency") or ())
-    for h in data.get("hosts", {}).values():
-        runs = h.get("runs") or []
-        if h.get("error") or len(runs) != want or not all(r.get("ok") for r in runs):
-            return 1
-    return 0
-
-
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_results(path: str | os.PathLike[str]) -> BenchResults:
     """A results.json (a run dir, its bench/ dir, or the file); ConfigError if it is not one."""
     p = Path(path)
     for candidate in (p, p / "results.json", p / "bench" / "results.json"):
@@ -317,7 +403,6 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
             except ValueError as exc:
                 raise ConfigError(f"{candidate}: not JSON: {exc}") from None
             if isinstance(data, dict) and data.get("kind") == RESULTS_KIND:
-                data["_path"] = str(candidate)
-                return data
+                return BenchResults.from_json(data, str(candidate))
             raise ConfigError(f"{candidate}: not an orchestrator bench results file")
     raise ConfigError(f"{path}: no bench results (runs/<id>/bench/results.json) there")

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.bench.bench import load_results
+from orchestrator.bench.bench import BenchResults, BenchRun, BenchServer, load_results
 from orchestrator.bench.gantt import draw_gantt
+from orchestrator.bench.tune import TUNE_FILE, TuneState
 from orchestrator.errors import ConfigError
 from orchestrator.events import new_run_id, utc_now
-
-TUNE_FILE = "tune.json"
+from orchestrator.summary import RunSummary
 
 
 @dataclass
@@ -37,17 +37,18 @@ class Series:
     host: str
     run_id: str
     path: str
-    server: dict[str, Any]
-    points: dict[int, dict[str, Any]]
-    failures: list[dict[str, Any]] = field(default_factory=list)
+    server: BenchServer
+    #: the runs that produced figures, by concurrency
+    points: dict[int, BenchRun]
+    failures: list[BenchRun] = field(default_factory=list)
     host_error: str | None = None
     pin: dict[str, Any] | None = None
     pin_path: str | None = None
 
     def value(self, c: int, key: str) -> float | None:
         """A figure of the run at concurrency c (None when not measured)."""
-        v = (self.points.get(c) or {}).get(key)
-        return float(v) if isinstance(v, (int, float)) else None
+        run = self.points.get(c)
+        return run.figure(key) if run is not None else None
 
 
 @dataclass
@@ -74,8 +75,8 @@ def find_pin(runs_dir: Path, fingerprint: str | None,
         if not lock.is_file() or not summary.is_file():
             continue
         try:
-            record = json.loads(summary.read_text())
-        except ValueError:
+            record = RunSummary.read(summary)
+        except (ValueError, TypeError, KeyError):  # not JSON, or not a summary
             continue
         if run.name != deploy_run and not _started(record, fingerprint or ""):
             continue
@@ -86,49 +87,43 @@ def find_pin(runs_dir: Path, fingerprint: str | None,
     return None, None
 
 
-def _started(record: dict[str, Any], fingerprint: str) -> bool:
-    for h in (record.get("hosts") or {}).values():
-        for facts in (h.get("facts") or {}).values():
-            fp = facts.get("fingerprint") if isinstance(facts, dict) else None
-            if isinstance(fp, str) and fp and fingerprint.startswith(fp):
-                return True
-    return False
+def _started(summary: RunSummary, fingerprint: str) -> bool:
+    fps = (facts.get("fingerprint") for h in summary.hosts.values() for facts in h.facts.values())
+    return any(isinstance(fp, str) and fp and fingerprint.startswith(fp) for fp in fps)
 
 
-def series_of(results: dict[str, Any]) -> list[Series]:
+def series_of(results: BenchResults) -> list[Series]:
     """One Series per host of one bench results file."""
-    path = Path(results.get("_path", "."))
+    path = Path(results.path or ".")
     runs_dir = path.parents[2] if len(path.parents) > 2 else Path(".")
-    multi = len(results.get("hosts") or {}) > 1
+    multi = len(results.hosts) > 1
     out = []
-    for host, h in (results.get("hosts") or {}).items():
-        server = h.get("server") or {}
-        label = str(results.get("label") or server.get("label") or "?")
-        points = {int(r["concurrency"]): r["result"] for r in h.get("runs", []) if r.get("ok")}
-        failures = [r for r in h.get("runs", []) if not r.get("ok")]
-        pin_path, pin = find_pin(runs_dir, server.get("fingerprint"), results.get("deploy_run"))
+    for host, h in results.hosts.items():
+        server = h.server or BenchServer()
+        label = str(results.label or server.label or "?")
+        pin_path, pin = find_pin(runs_dir, server.fingerprint, results.deploy_run)
         out.append(Series(
-            label=f"{label} @{host}" if multi else label, host=host,
-            run_id=str(results.get("run_id")), path=str(path), server=server, points=points,
-            failures=failures, host_error=h.get("error"), pin=pin,
+            label=f"{label} @{host}" if multi else label, host=host, run_id=results.run_id,
+            path=str(path), server=server, points={r.concurrency: r for r in h.runs if r.ok},
+            failures=[r for r in h.runs if not r.ok], host_error=h.error, pin=pin,
             pin_path=str(pin_path) if pin_path else None))
     return out
 
 
-def _classify(paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[Path], list[dict]]:
-    """(bench results, deploy events.jsonl paths, tune documents) from the inputs."""
-    benches: list[dict[str, Any]] = []
+def _classify(paths: Sequence[str]) -> tuple[list[BenchResults], list[Path],
+                                             list[tuple[Path, TuneState]]]:
+    """(bench results, deploy events.jsonl paths, tune dirs and their tune.json) from the
+    inputs."""
+    benches: list[BenchResults] = []
     deploys: list[Path] = []
-    tunes: list[dict[str, Any]] = []
+    tunes: list[tuple[Path, TuneState]] = []
     for raw in paths:
         p = Path(raw)
         if (p / TUNE_FILE).is_file():
-            doc = json.loads((p / TUNE_FILE).read_text())
-            doc["_dir"] = str(p)
-            tunes.append(doc)
-            for cand in doc.get("candidates", []):
-                if cand.get("bench_results"):
-                    benches.append(load_results(cand["bench_results"]))
+            state = TuneState.from_json(json.loads((p / TUNE_FILE).read_text()))
+            tunes.append((p, state))
+            benches += [load_results(e.bench_results) for e in state.candidates.values()
+                        if e.bench_results]
         elif (p / "events.jsonl").is_file() and not (p / "bench").is_dir():
             deploys.append(p / "events.jsonl")
         elif p.is_file() and p.name == "events.jsonl":
@@ -220,10 +215,10 @@ def _config_section(s: Series) -> list[str]:
     sv = s.server
     lines = [f"### {s.label}", "",
              f"- bench run `{s.run_id}` on `{s.host}` ({s.path})",
-             f"- SGLang {sv.get('sglang_version')}, python `{sv.get('python')}`",
-             f"- launch fingerprint `{sv.get('fingerprint')}`; model `{sv.get('model')}`, "
-             f"drafter `{sv.get('drafter')}`",
-             f"- speculative: `{json.dumps(sv.get('speculative') or {}, sort_keys=True)}`"]
+             f"- SGLang {sv.sglang_version}, python `{sv.python}`",
+             f"- launch fingerprint `{sv.fingerprint}`; model `{sv.model}`, "
+             f"drafter `{sv.drafter}`",
+             f"- speculative: `{json.dumps(sv.speculative, sort_keys=True)}`"]
     if s.pin is not None:
         pkgs = ((s.pin.get("stages") or {}).get("packages") or {}).get("versions") or {}
         lines.append(f"- pin file `{s.pin_path}` (deploy run `{s.pin.get('run_id')}`); "
@@ -232,32 +227,32 @@ def _config_section(s: Series) -> list[str]:
         lines.append("- pin file: not found (the deploy that started this server is not in "
                      "the runs dir)")
     lines += ["", "Launch arguments (exact, as the server was started):", "", "```",
-              " ".join(str(a) for a in sv.get("args") or []), "```", ""]
+              " ".join(str(a) for a in sv.args or []), "```", ""]
     lines += _latency_table(s)
     for f in s.failures:
-        lines += ["", f"- FAILED at concurrency {f.get('concurrency')}: {f.get('error')}", "",
-                  "```", str(f.get("tail", "")), "```"]
+        lines += ["", f"- FAILED at concurrency {f.concurrency}: {f.error}", "",
+                  "```", str(f.tail or ""), "```"]
     if s.host_error:
         lines += ["", f"- **{s.host_error}**"]
     return lines + [""]
 
 
-def _tune_section(tunes: list[dict[str, Any]]) -> list[str]:
+def _tune_section(tunes: list[tuple[Path, TuneState]]) -> list[str]:
     lines: list[str] = []
-    for t in tunes:
-        rec = t.get("recommendation") or {}
+    for tune_dir, t in tunes:
+        rec = t.recommendation
         lines += ["## Tune: best setting per concurrency", "",
-                  f"Tune dir `{t.get('_dir')}`; override file `{rec.get('override_file')}`.", "",
+                  f"Tune dir `{tune_dir}`; override file `{rec and rec.override_file}`.", "",
                   "| concurrency | best | tok/s | vs baseline |", "|---|---|---|---|"]
-        for row in rec.get("per_concurrency", []):
-            lines.append(f"| {row['concurrency']} | {row['best']} | "
-                         f"{row['output_throughput']:.1f} | {row.get('speedup') or '-'} |")
-        lines += ["", str(rec.get("summary", "")), ""]
+        for row in rec.per_concurrency if rec else []:
+            lines.append(f"| {row.concurrency} | {row.best} | "
+                         f"{row.output_throughput:.1f} | {row.speedup or '-'} |")
+        lines += ["", rec.summary if rec else "", ""]
     return lines
 
 
 def _markdown(series: list[Series], base: Series | None, table: str, pngs: list[Path],
-              deploys: list[Path], tunes: list[dict[str, Any]], out_dir: Path) -> str:
+              deploys: list[Path], tunes: list[tuple[Path, TuneState]], out_dir: Path) -> str:
     lines = ["# Benchmark report", "", f"Generated {utc_now()} by `orchestrator report`.", ""]
     if series:
         lines += ["## Output throughput (tok/s), speedup vs "

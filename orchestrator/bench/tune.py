@@ -30,13 +30,13 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from orchestrator.bench.bench import BenchOptions, run_bench
+from orchestrator.bench.bench import BenchOptions, Progress, run_bench
 from orchestrator.config import load_all
 from orchestrator.config.variables import host_variables
 from orchestrator.deploy import deploy
@@ -148,55 +148,131 @@ def _grid_spec(playbook: str, inventory: str, cli_vars: dict[str, Any],
 
 
 @dataclass
+class TuneEntry:
+    """One candidate in tune.json: its setting, and the deploy and the bench that measured it."""
+
+    key: str
+    label: str
+    settings: Candidate
+    #: running, measured or failed
+    status: str = "running"
+    started_at: str | None = None
+    deploy_run: str | None = None
+    deploy_exit: int | None = None
+    bench_run: str | None = None
+    #: the bench's results.json
+    bench_results: str | None = None
+    bench_exit: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BestAt:
+    """The candidate with the highest output tok/s at one concurrency, against `off`'s."""
+
+    concurrency: int
+    best: str
+    label: str
+    output_throughput: float
+    speedup: float | None = None
+    off: float | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """What a tune concludes (orchestrator.bench.recommend)."""
+
+    per_concurrency: list[BestAt]
+    stops_paying_from: int | None
+    #: the candidate best at the lowest concurrency measured, and its setting
+    best_low: str | None
+    best_low_settings: Candidate | None
+    summary: str
+    #: best_low's setting as a vars file (deploy --vars-file)
+    override_file: str | None = None
+
+
+@dataclass
+class TuneState:
+    """tune.json: the workload every candidate is measured with, each candidate, the advice."""
+
+    playbook: str
+    workload: BenchOptions
+    created_at: str
+    candidates: dict[str, TuneEntry] = field(default_factory=dict)
+    recommendation: Recommendation | None = None
+    finished_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """tune.json's document (candidates as a list, in the order first measured)."""
+        out = asdict(self)
+        return {"kind": "orchestrator-tune", **out, "candidates": [*out["candidates"].values()]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TuneState:
+        """From tune.json's document."""
+        entries = [TuneEntry(**{**e, "settings": Candidate(**e["settings"])})
+                   for e in data["candidates"]]
+        rec = data.get("recommendation")
+        if rec is not None:
+            low = rec["best_low_settings"]
+            rec = Recommendation(**{
+                **rec, "per_concurrency": [BestAt(**r) for r in rec["per_concurrency"]],
+                "best_low_settings": Candidate(**low) if low else None})
+        return cls(**{**{k: v for k, v in data.items() if k != "kind"},
+                      "workload": BenchOptions.from_json(data["workload"]),
+                      "candidates": {e.key: e for e in entries}, "recommendation": rec})
+
+
+@dataclass
 class TuneResult:
-    """What a tune did: tune.json data, the report and override paths, a summary, exit code."""
+    """What a tune did: its tune.json, the report and override paths, a summary, exit code."""
 
     tune_dir: Path
-    data: dict[str, Any]
+    data: TuneState
     exit_code: int
     summary_text: str
 
 
-def _save(tune_dir: Path, data: dict[str, Any]) -> None:
+def _save(tune_dir: Path, state: TuneState) -> None:
     tmp = tune_dir / (TUNE_FILE + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True, default=str) + "\n")
     os.replace(tmp, tune_dir / TUNE_FILE)
 
 
-def _load_state(tune_dir: Path, workload: dict[str, Any], playbook: str) -> dict[str, Any]:
+def _load_state(tune_dir: Path, workload: BenchOptions, playbook: str) -> TuneState:
     path = tune_dir / TUNE_FILE
     if not path.is_file():
-        return {"kind": "orchestrator-tune", "playbook": playbook, "workload": workload,
-                "created_at": utc_now(), "candidates": []}
-    data = json.loads(path.read_text())
-    if data.get("workload") != workload:
-        raise ConfigError(f"{path}: measured with another workload ({data.get('workload')}); "
+        return TuneState(playbook, workload, utc_now())
+    state = TuneState.from_json(json.loads(path.read_text()))
+    if state.workload != workload:
+        raise ConfigError(f"{path}: measured with another workload ({state.workload}); "
                           "results would not compare: use another --out, or the same options")
-    return data
+    return state
 
 
-def _measure(c: Candidate, entry: dict[str, Any], ctx: dict[str, Any],
+def _measure(c: Candidate, entry: TuneEntry, ctx: dict[str, Any],
              say: Callable[[str], None]) -> None:
     """Deploy one candidate, then benchmark it; `entry` records both."""
     cli_vars = {**ctx["cli_vars"], **c.variables()}
     say(f"tune: {c.key}: deploying ({c.label})")
     outcome = deploy(ctx["playbook"], ctx["inventory"], cli_vars=cli_vars,
                      selection=Selection.from_args(ctx["limit"]), run_dir=ctx["run_dir"])
-    entry.update(deploy_run=outcome.run_id, deploy_exit=outcome.exit_code)
+    entry.deploy_run, entry.deploy_exit = outcome.run_id, outcome.exit_code
     if outcome.exit_code != 0:
-        entry.update(status="failed", error=f"deploy exit code {outcome.exit_code} (see "
-                     f"{outcome.summary_path})")
+        entry.status = "failed"
+        entry.error = f"deploy exit code {outcome.exit_code} (see {outcome.summary_path})"
         say(f"tune: {c.key}: deploy failed ({outcome.summary_path})")
         return
     say(f"tune: {c.key}: benchmarking")
     bench = run_bench(ctx["playbook"], ctx["inventory"], cli_vars=cli_vars, limit=ctx["limit"],
                       options=ctx["options"], run_dir=ctx["run_dir"], label=c.label,
                       deploy_run=outcome.run_id, progress=ctx["progress"])
-    entry.update(bench_run=bench.run_id, bench_results=str(bench.results_path),
-                 bench_exit=bench.exit_code,
-                 status="measured" if bench.exit_code == 0 else "failed")
+    entry.bench_run, entry.bench_results = bench.run_id, str(bench.results_path)
+    entry.bench_exit = bench.exit_code
+    entry.status = "measured" if bench.exit_code == 0 else "failed"
     if bench.exit_code != 0:
-        entry["error"] = "a benchmark run failed (see its results.json)"
+        entry.error = "a benchmark run failed (see its results.json)"
 
 
 def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None = None,
@@ -204,7 +280,7 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
              run_dir: str | os.PathLike[str] = "runs", grid_path: str | None = None,
              out: str | os.PathLike[str] | None = None,
              say: Callable[[str], None] = lambda m: None,
-             progress: Callable[[str, int, dict[str, Any]], None] | None = None) -> TuneResult:
+             progress: Progress | None = None) -> TuneResult:
     """Measure every candidate not yet measured in the tune dir, then recommend and report."""
     cli_vars = dict(cli_vars or {})
     options = options or BenchOptions()
@@ -212,44 +288,37 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
     cands = candidates_from(_grid_spec(playbook, inventory, cli_vars, limit, grid_path))
     tune_dir = Path(out) if out else Path(run_dir) / f"tune-{Path(playbook).stem}"
     tune_dir.mkdir(parents=True, exist_ok=True)
-    workload = json.loads(json.dumps(asdict(options)))  # as tune.json holds it
-    data = _load_state(tune_dir, workload, str(playbook))
-    entries = {e["key"]: e for e in data["candidates"]}
+    state = _load_state(tune_dir, options, str(playbook))
     ctx = {"playbook": playbook, "inventory": inventory, "cli_vars": cli_vars, "limit": limit,
            "options": options, "run_dir": run_dir, "progress": progress}
     for c in cands:
-        entry = entries.get(c.key)
-        if entry is not None and entry.get("status") == "measured":
-            say(f"tune: {c.key}: already measured (bench run {entry.get('bench_run')}), skipped")
+        entry = state.candidates.get(c.key)
+        if entry is not None and entry.status == "measured":
+            say(f"tune: {c.key}: already measured (bench run {entry.bench_run}), skipped")
             continue
-        if entry is None:
-            entry = entries[c.key] = {"key": c.key, "label": c.label, "settings": asdict(c)}
-            data["candidates"].append(entry)
-        entry.update(status="running", started_at=utc_now())
-        _save(tune_dir, data)
+        entry = state.candidates[c.key] = TuneEntry(c.key, c.label, c, started_at=utc_now())
+        _save(tune_dir, state)
         _measure(c, entry, ctx, say)
-        _save(tune_dir, data)
-    return _finish(tune_dir, data, cands, run_dir)
+        _save(tune_dir, state)
+    return _finish(tune_dir, state, cands, run_dir)
 
 
-def _finish(tune_dir: Path, data: dict[str, Any], cands: list[Candidate],
+def _finish(tune_dir: Path, state: TuneState, cands: list[Candidate],
             run_dir: str | os.PathLike[str]) -> TuneResult:
     from orchestrator.bench.recommend import recommend, summary_lines, write_override
     from orchestrator.bench.report import write_report
 
     keys = {c.key for c in cands}
-    measured = [e for e in data["candidates"] if e["key"] in keys and e.get("status") ==
-                "measured"]
-    rec = recommend(measured)
-    if rec.get("best_low") is not None:
-        rec["override_file"] = str(write_override(tune_dir / OVERRIDE_FILE, rec))
-    data["recommendation"] = rec
-    data["finished_at"] = utc_now()
-    _save(tune_dir, data)
+    entries = [e for e in state.candidates.values() if e.key in keys]
+    rec = recommend([e for e in entries if e.status == "measured"])
+    if rec.best_low is not None:
+        rec = replace(rec, override_file=str(write_override(tune_dir / OVERRIDE_FILE, rec)))
+    state.recommendation = rec
+    state.finished_at = utc_now()
+    _save(tune_dir, state)
     report = write_report([str(tune_dir)], out=tune_dir / "report", run_dir=run_dir)
-    failed = [e["key"] for e in data["candidates"] if e["key"] in keys and
-              e.get("status") != "measured"]
+    failed = [e.key for e in entries if e.status != "measured"]
     lines = summary_lines(rec, failed)
     lines += ["", report.table, ""] + [f"plot: {p}" for p in report.pngs]
     lines += [f"report: {report.markdown}", f"tune state: {tune_dir / TUNE_FILE}"]
-    return TuneResult(tune_dir, data, 1 if failed else 0, "\n".join(lines))
+    return TuneResult(tune_dir, state, 1 if failed else 0, "\n".join(lines))

@@ -16,9 +16,13 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import ConfigError
+from orchestrator.redact import REDACTOR
+
+if TYPE_CHECKING:
+    from orchestrator.bench.bench import BenchOptions, BenchRun
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -89,7 +93,7 @@ def add_subcommands(sub: Any) -> None:
     tune.set_defaults(func=cmd_tune)
 
 
-def _options(args: argparse.Namespace) -> Any:
+def _options(args: argparse.Namespace) -> BenchOptions:
     from orchestrator.bench.bench import BenchOptions
 
     return BenchOptions(concurrency=tuple(args.concurrency), input_len=args.input_len,
@@ -97,18 +101,16 @@ def _options(args: argparse.Namespace) -> Any:
                         dataset=args.dataset, dataset_path=args.dataset_path)
 
 
-def _print_run(host: str, concurrency: int, run: dict[str, Any]) -> None:
-    if run.get("ok"):
-        r = run["result"]
-        accept = r.get("accept_length")
-        print(f"  {host} c={concurrency:<4} {r.get('output_throughput', 0):>9.1f} tok/s  "
-              f"TTFT p50 {r.get('median_ttft_ms', 0):.0f} ms  ITL p50 "
-              f"{r.get('median_itl_ms', 0):.1f} ms"
-              + (f"  accept {accept:.2f}" if isinstance(accept, (int, float)) else ""),
-              flush=True)
+def _print_run(host: str, concurrency: int, run: BenchRun) -> None:
+    if run.ok:
+        accept = run.figure("accept_length")
+        print(f"  {host} c={concurrency:<4} {run.figure('output_throughput') or 0:>9.1f} tok/s  "
+              f"TTFT p50 {run.figure('median_ttft_ms') or 0:.0f} ms  ITL p50 "
+              f"{run.figure('median_itl_ms') or 0:.1f} ms"
+              + (f"  accept {accept:.2f}" if accept is not None else ""), flush=True)
     else:
-        print(f"  {host} c={concurrency:<4} FAILED: {run.get('error')}\n"
-              + "\n".join("      " + line for line in str(run.get("tail", "")).splitlines()[-6:]),
+        print(f"  {host} c={concurrency:<4} FAILED: {run.error}\n"
+              + "\n".join("      " + line for line in (run.tail or "").splitlines()[-6:]),
               flush=True)
 
 
@@ -123,12 +125,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         limit=args.limit, options=_options(args), run_dir=args.run_dir,
                         label=args.label, progress=None if args.json else _print_run)
     if args.json:
-        print(json.dumps(outcome.results, indent=1, default=str))
+        print(json.dumps(REDACTOR.redact(outcome.results.to_json()), indent=1, default=str))
         return outcome.exit_code
-    for name, h in outcome.results["hosts"].items():
-        if h.get("error"):
-            print(f"  {name}: {h['error']}", file=sys.stderr)
-    print(f"bench {outcome.run_id} ({outcome.results.get('label')}): exit code "
+    for name, h in outcome.results.hosts.items():
+        if h.error:
+            print(f"  {name}: {h.error}", file=sys.stderr)
+    print(f"bench {outcome.run_id} ({outcome.results.label}): exit code "
           f"{outcome.exit_code}\nresults: {outcome.results_path}")
     return outcome.exit_code
 

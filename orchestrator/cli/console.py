@@ -39,17 +39,19 @@ from orchestrator.events import (
     StageRetry,
     StageStarted,
 )
+from orchestrator.status import Status
+from orchestrator.summary import HostSummary, RunSummary
 
 E = TypeVar("E")
 
-STYLE = {
-    "ok": "green",
-    "changed": "yellow",
-    "would-change": "cyan",
-    "failed": "bold red",
-    "skipped": "dim",
-    "unreachable": "bold red",
-    "interrupted": "magenta",
+STYLE: dict[str, str] = {
+    Status.OK: "green",
+    Status.CHANGED: "yellow",
+    Status.WOULD_CHANGE: "cyan",
+    Status.FAILED: "bold red",
+    Status.SKIPPED: "dim",
+    Status.UNREACHABLE: "bold red",
+    Status.INTERRUPTED: "magenta",
 }
 
 
@@ -130,7 +132,7 @@ class ConsoleView(EventHandler):
 
     @_locked
     def on_host_unreachable(self, e: HostUnreachable) -> None:
-        self._line(e.host).state = "unreachable"
+        self._line(e.host).state = Status.UNREACHABLE
         self._print(f"[{e.host}] UNREACHABLE: {e.error}", style="bold red")
 
     @_locked
@@ -141,7 +143,7 @@ class ConsoleView(EventHandler):
 
     @_locked
     def on_host_lock_held(self, e: HostLockHeld) -> None:
-        self._line(e.host).state = "locked"
+        self._line(e.host).state = Status.LOCKED
         self._print(f"[{e.host}] LOCKED: {e.error}", style="bold red")
 
     @_locked
@@ -262,55 +264,42 @@ def _indent(text: str, prefix: str = "    ") -> str:
 WIDE = 6
 
 
-def _stage_ids(record: dict[str, Any]) -> list[str]:
-    stages: list[str] = []
-    for h in record["hosts"].values():
-        for s in h["stages"]:
-            if s not in stages:
-                stages.append(s)
-    return stages
+def _stage_ids(summary: RunSummary) -> list[str]:
+    return list(dict.fromkeys(s for h in summary.hosts.values() for s in h.stages))
 
 
-def fleet_table(record: dict[str, Any]) -> Table:
+def fleet_table(summary: RunSummary) -> Table:
     """Stage x status counts, with the hosts that are not ok named (for many hosts)."""
-    stages, hosts = _stage_ids(record), record["hosts"]
-    statuses = sorted({st.get("status", "?") for h in hosts.values()
-                       for st in h["stages"].values()})
+    stages, hosts = _stage_ids(summary), summary.hosts
+    statuses = sorted({st.status for h in hosts.values() for st in h.stages.values()})
     table = Table(show_lines=False, title=f"{len(hosts)} hosts")
     table.add_column("stage")
     for status in statuses:
         table.add_column(status, justify="right", style=STYLE.get(status, ""))
     table.add_column("not ok (host: status)")
     for s in stages:
-        got = {name: h["stages"][s].get("status", "?") for name, h in hosts.items()
-               if s in h["stages"]}
-        odd = [f"{n}: {st}" for n, st in got.items() if st not in ("ok", "changed")]
+        got = {name: h.stages[s].status for name, h in hosts.items() if s in h.stages}
+        odd = [f"{n}: {st}" for n, st in got.items() if st not in (Status.OK, Status.CHANGED)]
         shown = ", ".join(odd[:6]) + (f" and {len(odd) - 6} more" if len(odd) > 6 else "")
         table.add_row(s, *[str(sum(1 for v in got.values() if v == status))
                            for status in statuses], shown)
     return table
 
 
-def summary_table(record: dict[str, Any]) -> Table:
-    """Host x stage table of statuses and durations, from summary.json data (for more than
-    WIDE hosts: `fleet_table`)."""
-    if len(record["hosts"]) > WIDE:
-        return fleet_table(record)
-    stages = _stage_ids(record)
+def summary_table(summary: RunSummary) -> Table:
+    """Host x stage table of statuses and durations (for more than WIDE hosts: `fleet_table`)."""
+    if len(summary.hosts) > WIDE:
+        return fleet_table(summary)
     table = Table(show_lines=False)
     table.add_column("stage")
-    for host in record["hosts"]:
+    for host in summary.hosts:
         table.add_column(host)
-    for s in stages:
+    for s in _stage_ids(summary):
         cells = []
-        for h in record["hosts"].values():
-            st = h["stages"].get(s)
-            if st is None:
-                cells.append(Text("-", style="dim"))
-            else:
-                status = st.get("status", "?")
-                cells.append(Text(f"{status} {st.get('duration_s', 0):.2f}s",
-                                  style=STYLE.get(status, "")))
+        for h in summary.hosts.values():
+            st = h.stages.get(s)
+            cells.append(Text("-", style="dim") if st is None else
+                         Text(f"{st.status} {st.duration_s:.2f}s", style=STYLE.get(st.status, "")))
         table.add_row(s, *cells)
     return table
 
@@ -324,13 +313,12 @@ HIGHLIGHTS: dict[str, str] = {
 }
 
 
-def _host_highlights(h: dict[str, Any]) -> dict[str, Any]:
+def _host_highlights(h: HostSummary) -> dict[str, Any]:
     found: dict[str, Any] = {}
-    for facts in h.get("facts", {}).values():
-        if isinstance(facts, dict):
-            for key in HIGHLIGHTS:
-                if facts.get(key) is not None:
-                    found.setdefault(key, facts[key])
+    for facts in h.facts.values():
+        for key in HIGHLIGHTS:
+            if facts.get(key) is not None:
+                found.setdefault(key, facts[key])
     return found
 
 
@@ -341,12 +329,12 @@ def _shown(key: str, value: Any) -> str:
         return f"{key} {value}"
 
 
-def highlights(record: dict[str, Any]) -> list[str]:
+def highlights(summary: RunSummary) -> list[str]:
     """The headline facts (readiness time, accept length, ...): one line per host, or for more
     than WIDE hosts one line for all (numbers as min-max, other values each once)."""
-    per_host = {host: _host_highlights(h) for host, h in record["hosts"].items()}
+    per_host = {host: _host_highlights(h) for host, h in summary.hosts.items()}
     per_host = {host: f for host, f in per_host.items() if f}
-    if len(record["hosts"]) <= WIDE:
+    if len(summary.hosts) <= WIDE:
         return [f"{host}: " + ", ".join(_shown(k, v) for k, v in f.items())
                 for host, f in per_host.items()]
     if not per_host:
@@ -361,4 +349,4 @@ def highlights(record: dict[str, Any]) -> list[str]:
             parts.append(f"{low}-{high}")
         else:
             parts.append(" / ".join(dict.fromkeys(_shown(key, v) for v in values)))
-    return [f"{len(per_host)} of {len(record['hosts'])} hosts: " + ", ".join(parts)]
+    return [f"{len(per_host)} of {len(summary.hosts)} hosts: " + ", ".join(parts)]

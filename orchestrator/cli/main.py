@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -83,31 +84,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    deploy = sub.add_parser(
-        "deploy", help="run a playbook on the inventory's hosts",
-        description="Run PLAYBOOK on the hosts of INVENTORY. Each stage checks the host first and "
-        "changes only what is missing, so running it again is safe.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_selection(deploy)
-    deploy.add_argument("--dry-run", action="store_true",
-                        help="run only the checks and print what WOULD change; change nothing")
-    deploy.add_argument("--rolling", action="store_true",
-                        help="redeploy the replicas behind the playbook's sglang_router one "
-                        "batch at a time: out of the router, drained, redeployed, verified, "
-                        "back in (no request lost)")
-    deploy.add_argument("--max-unavailable", type=int, default=1, metavar="N",
-                        help="with --rolling: replicas out of the router at once (default 1)")
-    deploy.set_defaults(func=cmd_deploy)
-
-    plan = sub.add_parser(
-        "plan", help="dry run: show what a deploy would change",
-        description="Same as `deploy --dry-run`: connects, runs every check, changes nothing.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_selection(plan)
-    plan.set_defaults(func=cmd_deploy, dry_run=True)
+    _add_deploy_and_plan(sub)
 
     validate = sub.add_parser(
         "validate", help="check a playbook (and inventory) without connecting anywhere",
@@ -135,6 +112,34 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             if command in (None, entry.name):
                 entry.load()(sub)
     return parser
+
+
+def _add_deploy_and_plan(sub: Any) -> None:
+    """The `deploy` and `plan` subcommands."""
+    deploy = sub.add_parser(
+        "deploy", help="run a playbook on the inventory's hosts",
+        description="Run PLAYBOOK on the hosts of INVENTORY. Each stage checks the host first and "
+        "changes only what is missing, so running it again is safe.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_selection(deploy)
+    deploy.add_argument("--dry-run", action="store_true",
+                        help="run only the checks and print what WOULD change; change nothing")
+    deploy.add_argument("--rolling", action="store_true",
+                        help="redeploy the replicas behind the playbook's sglang_router one "
+                        "batch at a time: out of the router, drained, redeployed, verified, "
+                        "back in (no request lost)")
+    deploy.add_argument("--max-unavailable", type=int, default=1, metavar="N",
+                        help="with --rolling: replicas out of the router at once (default 1)")
+    deploy.set_defaults(func=cmd_deploy)
+
+    plan = sub.add_parser(
+        "plan", help="dry run: show what a deploy would change",
+        description="Same as `deploy --dry-run`: connects, runs every check, changes nothing.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_selection(plan)
+    plan.set_defaults(func=cmd_deploy, dry_run=True)
 
 
 #: subcommands registered (and their modules imported) only for their own command or a listing
@@ -250,7 +255,7 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
         if early is not None:
             early.close()
     if args.json:
-        print(json.dumps(REDACTOR.redact(outcome.summary), indent=2, default=str))
+        print(json.dumps(REDACTOR.redact(outcome.summary.to_json()), indent=2, default=str))
     else:
         _print_summary(outcome, args.locked if args.dry_run else None)
     return outcome.exit_code
@@ -318,21 +323,18 @@ def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
     from orchestrator.cli.console import highlights, summary_table
     from orchestrator.pinfile import drift_lines
 
-    record = outcome.summary
+    summary = outcome.summary
     out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-    out.print(summary_table(record))
-    for line in highlights(record):
+    out.print(summary_table(summary))
+    for line in highlights(summary):
         out.print(line)
-    counts: dict[str, int] = {}
-    for h in record["hosts"].values():
-        for st in h["stages"].values():
-            counts[st.get("status", "?")] = counts.get(st.get("status", "?"), 0) + 1
+    counts = Counter(st.status for h in summary.hosts.values() for st in h.stages.values())
     totals = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     if drift_against:
-        for line in drift_lines(record, drift_against):
+        for line in drift_lines(summary, drift_against):
             out.print(line, markup=False)
     out.print(f"run {outcome.run_id}: {totals}; exit code {outcome.exit_code}; "
-              f"{record.get('duration_s', 0):.1f}s")
+              f"{summary.duration_s or 0:.1f}s")
     out.print(f"run record: {outcome.run_dir}/summary.json")
     out.print(f"events:     {outcome.run_dir}/events.jsonl")
     if outcome.lock_path is not None:

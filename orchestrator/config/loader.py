@@ -503,76 +503,12 @@ class _Checker:
             loc = tuple(err["loc"])
             if skip_templates and (_templated(data, loc) or _holds_template(_at(data, loc))):
                 continue  # validated once rendered (a list validator sees "x=={{ v }}" here)
-            real, location, message, hint = self.translate(err, model, prefix, loc)
+            real, location, message, hint = _translate(self.doc, err, model, prefix, loc)
             key = prefix + loc if err["type"] in ("missing", "extra_forbidden") else real
             if key in seen:  # a union reports once per member: keep one
                 continue
             seen.add(key)
             self.add(location, message, hint)
-
-    def translate(
-        self, err: Any, model: type[BaseModel], prefix: Path_, loc: Path_
-    ) -> tuple[Path_, Location, str, str | None]:
-        doc = self.doc
-        etype: str = err["type"]
-        got = _got(err.get("input"), doc.secrets)
-        if etype in ("missing", "extra_forbidden"):
-            return self._key_error(etype, model, prefix + loc, loc)
-        # Union members add tags to loc that are not in the data: cut back to the real value.
-        real_loc = loc
-        while real_loc and not doc.has(prefix + real_loc):
-            real_loc = real_loc[:-1]
-        real = prefix + real_loc
-        where = _where(doc, real)
-        location = doc.best_loc(real)
-        msg: str = err["msg"]
-        if real_loc != loc and etype != "value_error":
-            expected = _expected(model, real_loc)
-            return (real, location, f"{where}: expected {expected}, got {got}", None)
-        if etype == "value_error":
-            text = msg.removeprefix("Value error, ")
-            return (real, location, f"{where}: {text}", None)
-        if etype == "literal_error":
-            choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
-            close = difflib.get_close_matches(str(err.get("input")), choices, n=1, cutoff=0.6)
-            hint = f"did you mean '{close[0]}'?" if close else None
-            return (real, location, f"{where}: expected one of {_choices(choices)}, got {got}",
-                    hint)
-        if etype == "string_pattern_mismatch":
-            if real and real[-1] == "id":
-                return (real, location,
-                        f"{where}: {got} is not a valid stage id",
-                        "use letters, digits, '_', '.' and '-' (not starting with '.' or '-')")
-            pattern = err.get("ctx", {}).get("pattern")
-            return (real, location, f"{where}: {got} does not match the pattern {pattern}", None)
-        if etype == "too_short":
-            what = "stage" if real == ("stages",) else "host" if real == ("hosts",) else "item"
-            return (real, location, f"{where}: must list at least one {what}", None)
-        if etype.endswith(("_type", "_parsing")) or etype in ("int_from_float", "model_type"):
-            expected = _expected(model, real_loc)
-            return (real, location, f"{where}: expected {expected}, got {got}", None)
-        if etype in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-            text = msg.replace("Input should be", "must be")
-            return (real, location, f"{where}: {text}, got {got}", None)
-        text = msg.replace("Input should be", "should be")
-        return (real, location, f"{where}: {text} (got {got})", None)
-
-    def _key_error(self, etype: str, model: type[BaseModel], full: Path_,
-                   loc: Path_) -> tuple[Path_, Location, str, str | None]:
-        """A required key missing, or a key the model does not know."""
-        doc = self.doc
-        parent, name = full[:-1], full[-1]
-        if etype == "missing":
-            hint = f"add `{name}:`"
-            if name == "stages":
-                hint = "add `stages:` with a list of stages, each with `id:` and `run:` or `uses:`"
-            return (parent, doc.best_loc(parent),
-                    f"{_where(doc, parent)}: missing required key '{name}'", hint)
-        allowed = _field_names(_annotation_at(model, loc[:-1]))
-        close = difflib.get_close_matches(str(name), allowed, n=2, cutoff=0.6)
-        hint = (f"did you mean '{close[0]}'?" if close
-                else ("allowed keys: " + ", ".join(allowed)) if allowed else None)
-        return (full, doc.key_loc(full), f"{_where(doc, parent)}: unknown key '{name}'", hint)
 
     # vars ---------------------------------------------------------------------------------------
 
@@ -793,6 +729,71 @@ class _Checker:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _translate(
+    doc: YamlDoc, err: Any, model: type[BaseModel], prefix: Path_, loc: Path_
+) -> tuple[Path_, Location, str, str | None]:
+    """A pydantic error as (the path it is about, where, the message, a hint)."""
+    etype: str = err["type"]
+    got = _got(err.get("input"), doc.secrets)
+    if etype in ("missing", "extra_forbidden"):
+        return _key_error(doc, etype, model, prefix + loc, loc)
+    # Union members add tags to loc that are not in the data: cut back to the real value.
+    real_loc = loc
+    while real_loc and not doc.has(prefix + real_loc):
+        real_loc = real_loc[:-1]
+    real = prefix + real_loc
+    where = _where(doc, real)
+    location = doc.best_loc(real)
+    msg: str = err["msg"]
+    if real_loc != loc and etype != "value_error":
+        expected = _expected(model, real_loc)
+        return (real, location, f"{where}: expected {expected}, got {got}", None)
+    if etype == "value_error":
+        text = msg.removeprefix("Value error, ")
+        return (real, location, f"{where}: {text}", None)
+    if etype == "literal_error":
+        choices = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        close = difflib.get_close_matches(str(err.get("input")), choices, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else None
+        return (real, location, f"{where}: expected one of {_choices(choices)}, got {got}",
+                hint)
+    if etype == "string_pattern_mismatch":
+        if real and real[-1] == "id":
+            return (real, location,
+                    f"{where}: {got} is not a valid stage id",
+                    "use letters, digits, '_', '.' and '-' (not starting with '.' or '-')")
+        pattern = err.get("ctx", {}).get("pattern")
+        return (real, location, f"{where}: {got} does not match the pattern {pattern}", None)
+    if etype == "too_short":
+        what = "stage" if real == ("stages",) else "host" if real == ("hosts",) else "item"
+        return (real, location, f"{where}: must list at least one {what}", None)
+    if etype.endswith(("_type", "_parsing")) or etype in ("int_from_float", "model_type"):
+        expected = _expected(model, real_loc)
+        return (real, location, f"{where}: expected {expected}, got {got}", None)
+    if etype in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        text = msg.replace("Input should be", "must be")
+        return (real, location, f"{where}: {text}, got {got}", None)
+    text = msg.replace("Input should be", "should be")
+    return (real, location, f"{where}: {text} (got {got})", None)
+
+
+def _key_error(doc: YamlDoc, etype: str, model: type[BaseModel], full: Path_,
+               loc: Path_) -> tuple[Path_, Location, str, str | None]:
+    """A required key missing, or a key the model does not know."""
+    parent, name = full[:-1], full[-1]
+    if etype == "missing":
+        hint = f"add `{name}:`"
+        if name == "stages":
+            hint = "add `stages:` with a list of stages, each with `id:` and `run:` or `uses:`"
+        return (parent, doc.best_loc(parent),
+                f"{_where(doc, parent)}: missing required key '{name}'", hint)
+    allowed = _field_names(_annotation_at(model, loc[:-1]))
+    close = difflib.get_close_matches(str(name), allowed, n=2, cutoff=0.6)
+    hint = (f"did you mean '{close[0]}'?" if close
+            else ("allowed keys: " + ", ".join(allowed)) if allowed else None)
+    return (full, doc.key_loc(full), f"{_where(doc, parent)}: unknown key '{name}'", hint)
 
 
 def _names(value: Any, path: Path_) -> list[tuple[Path_, str]]:

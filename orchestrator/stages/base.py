@@ -15,11 +15,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.config.model import StageSpec
+from orchestrator.config.model import HostSpec, StageSpec
 from orchestrator.errors import Interrupted
 from orchestrator.host import Host
 
@@ -52,25 +52,37 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
+#: what a stage records in the run record (summary.json's facts): JSON data
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+class StageLog(Protocol):
+    """What a stage logs with: a structlog logger (or orchestrator.run.early's HeldLog)."""
+
+    def debug(self, event: str, **kw: object) -> object: ...
+    def info(self, event: str, **kw: object) -> object: ...
+    def warning(self, event: str, **kw: object) -> object: ...
+
+
 @dataclass
 class StageContext:
     """What a stage may use besides the host: its spec, logger, facts sink and progress hook."""
 
     spec: StageSpec
     run_id: str
-    log: Any
+    log: StageLog
     dry_run: bool = False
     #: `deploy --verify`: check what a converged check takes on trust (hashes of downloads)
     verify: bool = False
     timeout: float | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, JSONValue] = field(default_factory=dict)
     progress: Callable[[str], None] = lambda message: None
     secrets: frozenset[str] = frozenset()
     env: dict[str, str] = field(default_factory=dict)
     #: open another inventory host (e.g. the hypervisor of this container); closed after the stage
     open_host: Callable[[str], Host] | None = None
     #: all hosts of the inventory by name (specs only), e.g. to find a hypervisor entry
-    inventory_hosts: dict[str, Any] = field(default_factory=dict)
+    inventory_hosts: dict[str, HostSpec] = field(default_factory=dict)
     #: the inventory's groups: name -> member host names (e.g. a router's worker group)
     inventory_groups: dict[str, list[str]] = field(default_factory=dict)
     #: with `deploy --locked FILE`: what this stage recorded under "lock" in that deploy; a kind
@@ -82,7 +94,7 @@ class StageContext:
     #: is used, so anything costly that only a Needed answer needs may be left to its turn
     ahead: bool = False
 
-    def record(self, key: str, value: Any) -> None:
+    def record(self, key: str, value: JSONValue) -> None:
         """Put a fact into the run record for this (host, stage)."""
         self.facts[key] = value
 

@@ -84,15 +84,15 @@ def test_tune_resumes_then_picks_speculation_at_1_and_off_under_load(tuned: dict
     assert any(m.startswith("tune: off: already measured") for m in second)
     assert [m.split(":")[1].strip() for m in second if "deploying" in m] == [WIDE]
     assert result.exit_code == 0, result.summary_text
-    rec = result.data["recommendation"]
-    rows = {r["concurrency"]: r for r in rec["per_concurrency"]}
-    assert rows[1]["best"] == WIDE and rows[1]["speedup"] > 1.4
-    assert rows[32]["best"] == "off" and rec["stops_paying_from"] == 32
-    override = Path(rec["override_file"]).read_text()
+    rec = result.data.recommendation
+    rows = {r.concurrency: r for r in rec.per_concurrency}
+    assert rows[1].best == WIDE and rows[1].speedup > 1.4
+    assert rows[32].best == "off" and rec.stops_paying_from == 32
+    override = Path(rec.override_file).read_text()
     assert "eagle_topk: 4" in override and "num_draft_tokens: 8" in override
     # the candidate was relaunched through the stages: new fingerprint, restart, verified
-    wide = next(e for e in result.data["candidates"] if e["key"] == WIDE)
-    summary = json.loads((tuned["base"] / "runs" / wide["deploy_run"] /
+    wide = result.data.candidates[WIDE]
+    summary = json.loads((tuned["base"] / "runs" / wide.deploy_run /
                           "summary.json").read_text())
     stages = summary["hosts"]["gpu-1"]["stages"]
     assert (stages["server"]["status"], stages["ready"]["status"]) == ("changed", "changed")
@@ -108,27 +108,27 @@ def test_bench_records_the_benchmarks_figures_and_the_server(fleet: SimFleet, tu
     runs = tuned["base"] / "runs"  # beside the deploy runs, as with the default ./runs
     out = run_bench(PLAYBOOK, str(fleet.inventory_path), run_dir=runs,
                     options=BenchOptions(concurrency=(1, 2), input_len=16, output_len=64),
-                    progress=lambda host, c, run: seen.append((c, run["ok"])))
+                    progress=lambda host, c, run: seen.append((c, run.ok)))
     assert out.exit_code == 0 and seen == [(1, True), (2, True)]
     data = load_results(runs / out.run_id)
-    h = data["hosts"]["gpu-1"]
-    assert h["module"] == "sglang.benchmark.serving"
-    assert h["server"]["speculative"]["speculative_eagle_topk"] == 4
-    assert "--speculative-num-draft-tokens" in h["server"]["args"]
+    h = data.hosts["gpu-1"]
+    assert h.module == "sglang.benchmark.serving"
+    assert h.server.speculative["speculative_eagle_topk"] == 4
+    assert "--speculative-num-draft-tokens" in h.server.args
     fp = json.loads((Path(fleet.inventory_path).parent / "hosts/gpu-1/root/opt/orchestrator/run/"
                      "fingerprint.json").read_text())
-    assert h["server"]["fingerprint"] == fp["fingerprint"]
-    one = h["runs"][0]
-    assert one["num_prompts"] == 8 and one["result"]["completed"] == 8
-    assert "Serving Benchmark Result" in one["lines"][0]
-    assert 2.8 <= one["result"]["accept_length"] <= 3.1
-    assert 26.3 * 1.6 <= one["result"]["output_throughput"] <= 26.3 * 1.95
+    assert h.server.fingerprint == fp["fingerprint"]
+    one = h.runs[0]
+    assert one.num_prompts == 8 and one.result["completed"] == 8
+    assert "Serving Benchmark Result" in one.lines[0]
+    assert 2.8 <= one.result["accept_length"] <= 3.1
+    assert 26.3 * 1.6 <= one.result["output_throughput"] <= 26.3 * 1.95
 
     rep = write_report([str(runs / out.run_id)], out=tmp_path / "rep")
     md = rep.markdown.read_text()
     assert "| 1 | " in rep.table and "--speculative-eagle-topk 4" in md
-    wide = next(e for e in tuned["result"].data["candidates"] if e["key"] == WIDE)
-    assert f"(deploy run `{wide['deploy_run']}`)" in md  # the pin of the deploy that started it
+    wide = tuned["result"].data.candidates[WIDE]
+    assert f"(deploy run `{wide.deploy_run}`)" in md  # the pin of the deploy that started it
     assert "sglang==0.5.23" in md
     assert [p.name for p in rep.pngs] == ["throughput.png", "latency.png", "accept.png"]
 
@@ -145,8 +145,8 @@ def test_bench_against_a_server_that_dies_midway_keeps_what_it_measured(
                     options=BenchOptions(concurrency=(1, 2, 4), input_len=16, output_len=48),
                     progress=kill_after_first)
     assert out.exit_code == 1
-    h = load_results(out.results_path)["hosts"]["gpu-1"]
-    assert [r["ok"] for r in h["runs"]] == [True, False]
-    assert h["runs"][0]["result"]["output_throughput"] > 0
-    assert "died" in h["error"] and "1 run(s) measured" in h["error"]
-    assert h["runs"][1]["exit_code"] != 0 and "Error" in h["runs"][1]["tail"]
+    h = load_results(out.results_path).hosts["gpu-1"]
+    assert [r.ok for r in h.runs] == [True, False]
+    assert h.runs[0].result["output_throughput"] > 0
+    assert "died" in h.error and "1 run(s) measured" in h.error
+    assert h.runs[1].exit_code != 0 and "Error" in h.runs[1].tail

@@ -132,7 +132,7 @@ def test_second_deploy_as_a_library_call_changes_nothing_and_runs_no_command(box
     # a converged host answers from the agent alone: no command, so no interpreter, no pip,
     # no huggingface_hub, no CUDA init process (the first deploy ran plenty)
     assert seen.commands == [], [c.command[:80] for c in seen.commands]
-    uvm = two.summary["hosts"]["gpu-1"]["facts"]["health"]["uvm"]
+    uvm = two.summary.hosts["gpu-1"].facts["health"]["uvm"]
     assert uvm["cuda_init"] is None and uvm["open"]["ok"]  # proven by the agent's open()
     assert two.summary_path.exists() and two.events_path.exists()
     assert two.lock_path is not None

@@ -173,7 +173,7 @@ def _failed_roll_stops_and_the_others_serve(inventory: Path, router_url: str,
     refused = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", selection=Selection(
         only=["router"]), cli_vars={**_changed_launch(), "router_extra_args": ["--no-such"]})
     assert refused.exit_code == 1
-    error = refused.summary["hosts"][ROUTER]["stages"]["router"]["error"]
+    error = refused.summary.hosts[ROUTER].stages["router"].error
     assert "sglang-router refuses the launch (argparse)" in error, error
     assert "unrecognized arguments: --no-such" in error
     assert len(_router_workers(router_url)) == 3
@@ -200,7 +200,7 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
             for stage, status in one.statuses(h).items()}
         for h in REPLICAS:
             assert one.statuses(h)["server"] == "changed"
-        facts = one.summary["hosts"][ROUTER]["facts"]["router"]
+        facts = one.summary.hosts[ROUTER].facts["router"]
         assert facts["sglang_router_version"] == "0.3.2"
         assert len(facts["ready_workers"]) == 3
         pin = json.loads(one.lock_path.read_text())["stages"]["router"]  # type: ignore[union-attr]
@@ -210,7 +210,7 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
                         selection=Selection(only=["router"]), cli_vars={"router_policy": "random"})
         assert locked.exit_code == 1
         assert "policy: this deploy would give random, the lock has round_robin" in \
-            locked.summary["hosts"][ROUTER]["stages"]["router"]["error"]
+            locked.summary.hosts[ROUTER].stages["router"].error
 
         seen = Collector()
         t0 = time.monotonic()

@@ -39,7 +39,7 @@ def test_an_early_answer_taken_before_a_change_is_dropped(tmp_path: Path) -> Non
     out = _deploy(tmp_path, pb, "inv1")
     assert out.statuses("l1")["edit"] == "changed"
     assert out.statuses("l1")["inspect"] == "failed"
-    error = out.summary["hosts"]["l1"]["stages"]["inspect"]["error"]
+    error = out.summary.hosts["l1"].stages["inspect"].error
     assert "num_hidden_layers" in error and "2" in error
 
 
