@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -235,15 +236,20 @@ def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str,
          on_start: Callable[[DeployStart], None] | None,
          rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
     from orchestrator.runner import Runner
+    from orchestrator.transports import make_transport
 
     # every node rendered for its host before any is touched (a ConfigError is exit 2)
     rendered = prepared.render(plan, cli_vars)
+    # a dry run's agents write nothing for themselves on the hosts (no code cache)
+    factory = partial(make_transport, read_only=options.dry_run)
     if rolling is None:
-        runner = Runner(rendered, session.bus, options=options, preconnected=early)
+        runner = Runner(rendered, session.bus, options=options, preconnected=early,
+                        transport_factory=factory)
     else:
         from orchestrator.rolling import RollingRunner
 
-        runner = RollingRunner(rendered, session.bus, rolling=rolling, options=options)
+        runner = RollingRunner(rendered, session.bus, rolling=rolling, options=options,
+                               transport_factory=factory)
     if on_start is not None:
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),

@@ -55,6 +55,7 @@ import sys
 import threading
 import time
 import types
+from contextlib import suppress
 
 PROTOCOL = 1
 #: written once before the first frame: the client skips anything before it (a login shell's
@@ -170,10 +171,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Job:
@@ -309,10 +308,8 @@ class Jobs:
                     wait = 0.5
                     if deadline is not None and job.killed is None:
                         wait = min(wait, max(0.0, deadline - now))
-                    try:
+                    with suppress(subprocess.TimeoutExpired):
                         proc.wait(wait)
-                    except subprocess.TimeoutExpired:
-                        pass
                     continue
                 if exited_at is not None:
                     # the leader exited; something it started in the background still holds
@@ -338,10 +335,8 @@ class Jobs:
         finally:
             sel.close()
             for stream in (proc.stdout, proc.stderr):
-                try:
+                with suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
             proc.wait()
 
 
@@ -385,10 +380,8 @@ class SubAgent:
             if header.get("t") != "hello":
                 raise ChannelClosed()
         except (ChannelClosed, OSError, ValueError):
-            try:
+            with suppress(OSError):
                 proc.stdin.close()
-            except OSError:
-                pass
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -465,10 +458,8 @@ class SubAgent:
                 "t": "error", "id": rid, "kind": "become",
                 "message": "the root helper agent (started with sudo) exited unexpectedly",
             })
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
 
     def forward(self, header: dict, body: bytes) -> bool:
         with self.lock:
@@ -490,22 +481,16 @@ class SubAgent:
             proc = self.proc
         if proc is None:
             return
-        try:
+        with suppress(OSError):
             proc.stdin.close()  # EOF: the helper kills its commands and exits
-        except OSError:
-            pass
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _discard(stream) -> None:
-    try:
+    with suppress(OSError, ValueError):
         while stream.read(65536):
             pass
-    except (OSError, ValueError):
-        pass
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -519,11 +504,6 @@ def _write_all(fd: int, data: bytes) -> None:
 _REGISTERS = re.compile(r'^@(probe|action)\(\s*"([^"]+)"\s*\)', re.MULTILINE)
 
 
-def _boot():
-    """The bootstrap as a module (shipped with the agent): the code cache's place and checks."""
-    return importlib.import_module("orchestrator.remote.bootstrap")
-
-
 def _cache_store(source: bytes, filename: str, code) -> None:
     """Keep CODE marshalled where the bootstrap's `cache_path` says, only in a directory it
     would read from (`open_cache_dir`; made 0700): a temp file made 0600 with O_EXCL, renamed
@@ -531,7 +511,7 @@ def _cache_store(source: bytes, filename: str, code) -> None:
     import marshal
 
     try:
-        boot = _boot()
+        boot = importlib.import_module("orchestrator.remote.bootstrap")  # shipped: see its doc
         path = boot.cache_path(source, filename)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         d = boot.open_cache_dir(path)
@@ -546,10 +526,8 @@ def _cache_store(source: bytes, filename: str, code) -> None:
             os.close(fd)
         os.replace(tmp, os.path.basename(path), src_dir_fd=d, dst_dir_fd=d)
     except Exception:  # noqa: BLE001 - no cache
-        try:
+        with suppress(OSError):
             os.unlink(tmp, dir_fd=d)
-        except OSError:
-            pass
     finally:
         os.close(d)
 
@@ -560,7 +538,7 @@ def cached_compile(source: str, filename: str, keep: bool = True):
     module once, not at every connection. Best effort: any problem with it just compiles."""
     data = source.encode("utf-8")
     try:
-        code = _boot().cache_read(data, filename)
+        code = importlib.import_module("orchestrator.remote.bootstrap").cache_read(data, filename)
     except ImportError:  # no bootstrap shipped: no cache
         code = None
     if code is None:
@@ -568,13 +546,6 @@ def cached_compile(source: str, filename: str, keep: bool = True):
         if keep:
             _cache_store(data, filename, code)
     return code
-
-
-def _keep_own_code(source: bytes, code) -> None:
-    """Keep the agent's own code when the bootstrap had to compile it (it only reads the
-    cache; CODE is None when it read it from there)."""
-    if code is not None:
-        _cache_store(source, "orchestrator/remote/agent.py", code)
 
 
 class ShippedModules:
@@ -718,8 +689,9 @@ class Agent:
                                       keep=not header.get("read_only"))
         self.shipped.install()
         self.io.send(self.hello())
-        if self.shipped.keep:
-            _keep_own_code(self.source, globals().get("AGENT_CODE"))
+        own = globals().get("AGENT_CODE")  # None when the bootstrap read it from the cache
+        if own is not None and self.shipped.keep:
+            _cache_store(self.source, "orchestrator/remote/agent.py", own)
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         while True:
             header, body = self.io.recv()
@@ -876,22 +848,18 @@ class Agent:
         except BaseException:
             if fd >= 0:
                 os.close(fd)
-            try:
+            with suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             raise
         finally:
             with self.lock:
                 self.writes.discard(tmp)
-        try:
+        with suppress(OSError):
             dfd = os.open(directory, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
-        except OSError:
-            pass
         self.io.send({"t": "result", "id": header.get("id"), "value": len(body)})
 
     def op_run_become(self, header: dict, body: bytes) -> None:
@@ -936,10 +904,8 @@ class Agent:
         with self.lock:
             left = list(self.writes)
         for tmp in left:
-            try:
+            with suppress(OSError):
                 os.unlink(tmp)  # the rename then fails: the target keeps its old content
-            except OSError:
-                pass
 
 
 class _NotStarted(Exception):
@@ -947,15 +913,10 @@ class _NotStarted(Exception):
 
 
 def _feed(stream, data: bytes) -> None:
-    try:
+    with suppress(OSError):
         stream.write(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            stream.close()
-        except OSError:
-            pass
+    with suppress(OSError):
+        stream.close()
 
 
 def _identity():
@@ -988,7 +949,6 @@ def main(source: bytes) -> None:
     os.close(devnull)
     sys.stdout = open(os.devnull, "w")  # a stray print() must not corrupt the protocol
     agent = Agent(FrameIO(fd_in, fd_out), source)
-    _keep_own_code(source, globals().get("AGENT_CODE"))
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _on_signal)
     code = 0

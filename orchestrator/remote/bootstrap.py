@@ -17,6 +17,7 @@ import sys
 EXIT_OLD_PYTHON = 3
 EXIT_NO_SOURCE = 4
 AGENT_FILE = "orchestrator/remote/agent.py"
+NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
 
 
 def read_exact(n):
@@ -62,9 +63,8 @@ def sha256_hex(data):
 
 def compiled(s):
     # type: (bytes) -> tuple
-    """The agent source S compiled (code, True), or read back (code, False) from the cache
-    the agent keeps (cache_read): a host compiles each agent version once, not at every
-    connection."""
+    """The agent source S compiled (code, True), or read back (code, False) from the cache the
+    agent keeps (cache_read): a host compiles each agent version once, not at each connection."""
     code = cache_read(s, AGENT_FILE)
     return (compile(s, AGENT_FILE, "exec"), True) if code is None else (code, False)
 
@@ -101,8 +101,7 @@ def owned(fd):
 def open_cache_dir(path):
     # type: (str) -> int
     """The directory of the cache entry PATH, opened (never through a symlink) when owned."""
-    nofollow = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-    return owned(os.open(os.path.dirname(path), nofollow | getattr(os, "O_DIRECTORY", 0)))
+    return owned(os.open(os.path.dirname(path), NOFOLLOW | getattr(os, "O_DIRECTORY", 0)))
 
 
 def cache_read(source, name):
@@ -115,8 +114,7 @@ def cache_read(source, name):
         path = cache_path(source, name)
         d = open_cache_dir(path)
         try:
-            nofollow = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-            fd = owned(os.open(os.path.basename(path), nofollow, dir_fd=d))
+            fd = owned(os.open(os.path.basename(path), NOFOLLOW, dir_fd=d))
         finally:
             os.close(d)
         with os.fdopen(fd, "rb") as fh:
