@@ -183,6 +183,28 @@ def test_a_root_helper_keeps_its_own_cache(tmp_path: Path,
         os.path.join(home, ".cache", "orchestrator-agent") + "/")
 
 
+def test_a_root_helper_never_uses_the_cache_sudo_kept_pointing_at_the_user(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper for become=True starts under `sudo -n`; a sudo that keeps the user's $HOME
+    and $XDG_CACHE_HOME (here a stand-in that keeps them and sets SUDO_UID, as sudo always
+    does) must not make it read or write the user's cache."""
+    kept = tmp_path / "user-cache"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "sudo").write_text(
+        '#!/bin/sh\nwhile [ "$1" != "--" ]; do shift; done; shift\n'
+        f'SUDO_UID=1000 XDG_CACHE_HOME={kept} HOME={tmp_path} exec "$@"\n')
+    (tmp_path / "bin" / "sudo").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "agent-cache"))
+    t = LocalTransport(HostSpec(name="helper", connection="local"), become_mode="sudo")
+    try:
+        assert t.run("echo $SUDO_UID", become=True).stdout == "1000\n"  # the helper ran it
+        assert t.run("echo $SUDO_UID").stdout == "\n"
+    finally:
+        t.close()
+    assert not kept.exists()
+
+
 # ---------------------------------------------------------------- dry runs
 
 @pytest.mark.parametrize("read_only", [True, False])
