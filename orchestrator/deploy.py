@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -236,9 +237,12 @@ def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str,
          rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
     from orchestrator.run.parallel import ParallelRun
     from orchestrator.run.state import RunState
+    from orchestrator.transports import make_transport
 
-    # every node rendered for its host before any is touched (a ConfigError is exit 2)
-    state = RunState(prepared.render(plan, cli_vars), session.bus, options=options)
+    # every node rendered for its host before any is touched (a ConfigError is exit 2);
+    # a dry run's agents write nothing for themselves on the hosts (no code cache)
+    state = RunState(prepared.render(plan, cli_vars), session.bus, options=options,
+                     transport_factory=partial(make_transport, read_only=options.dry_run))
     if rolling is None:
         runner = ParallelRun(state, preconnected=early)
     else:

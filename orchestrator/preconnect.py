@@ -222,7 +222,7 @@ def for_deploy(playbook: str, inventory: str, selection: Selection, options: Run
         return None
     from orchestrator.transports import make_transport
 
-    return Preconnect(specs, make_transport,
+    return Preconnect(specs, functools.partial(make_transport, read_only=options.dry_run),
                       budget=lambda spec: max(options.wait_for_host, spec.wait_for_host or 0.0))
 
 

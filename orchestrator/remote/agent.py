@@ -8,7 +8,8 @@ on both sides exchange frames:
     frame  = struct ">II" (header length, body length) + header (UTF-8 JSON object) + body bytes
 
 Client -> agent (`op`): init (first frame: settings + shipped modules), run, kill, kill_all,
-read_file, write_file, probe (a named read), act (a named action: it changes the host), ping.
+read_file, write_file, probe (a named read), act (a named action: it changes the host),
+load_all (import every shipped module now).
 Agent -> client (`t`): hello (answer to init; lists the probes and the actions), out (a chunk of
 a command's stdout/stderr, raw bytes in the body), hb (heartbeat, sent while requests are in
 flight), done (a command ended), result, error. The shipped modules are importable by name on
@@ -17,7 +18,9 @@ Every request carries an `id`; answers echo it.
 
 The one thing the agent writes for itself: each shipped module compiled once, marshalled in
 ~/.cache/orchestrator-agent/ (keyed by the source's hash and the Python's bytecode magic), so a
-connection does not compile 100 KB of Python again (`cached_compile`).
+connection does not compile 100 KB of Python again (`cached_compile`). It is read only from a
+directory and a file owned by the effective uid and writable by no other (a root helper has its
+own: bootstrap.cache_path), and not written at all on a read-only (dry) run.
 
 Guarantees:
   - A command runs as `/bin/sh -c CMD` in its own process group (new session). Its env values
@@ -31,7 +34,8 @@ Guarantees:
     An agent exiting mid-write (the connection was cut) finishes the write or removes its
     temp file first: the target holds the old or the new content, and no temp file is left.
 
-This module never imports the rest of the package and must stay Python 3.8 compatible (no
+This module imports of the package only what the client ships with it (the bootstrap, for the
+code cache) and must stay Python 3.8 compatible (no
 `match`, no `X | Y` at runtime, no 3.9+ stdlib APIs).
 """
 
@@ -51,6 +55,7 @@ import sys
 import threading
 import time
 import types
+from contextlib import suppress
 
 PROTOCOL = 1
 #: written once before the first frame: the client skips anything before it (a login shell's
@@ -166,10 +171,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Job:
@@ -208,6 +211,133 @@ def kill_group(proc: subprocess.Popen, grace: float) -> None:
         time.sleep(0.02)
     _signal_group(pgid, signal.SIGKILL)
     proc.poll()
+
+
+class Jobs:
+    """The commands this agent runs (`run` requests) by request id: started, streamed to the
+    client, killed on request, on timeout or at shutdown."""
+
+    def __init__(self, io: FrameIO) -> None:
+        self.io = io
+        self.grace = 2.0
+        self.table = {}  # type: dict
+        self.lock = threading.Lock()
+
+    def add(self, rid) -> None:
+        """Register the job of request RID before it starts: a kill may arrive first."""
+        with self.lock:
+            self.table[rid] = Job(rid)
+
+    def kill(self, rid, reason: str) -> None:
+        with self.lock:
+            job = self.table.get(rid)
+        if job is not None:
+            job.kill(reason, self.grace)
+
+    def kill_all(self, reason: str) -> list:
+        with self.lock:
+            jobs = list(self.table.values())
+        for job in jobs:
+            job.kill(reason, self.grace)
+        return jobs
+
+    def run(self, header: dict, body: bytes) -> None:
+        """Run one command (a `run` request) and send its output and its `done`."""
+        rid = header.get("id")
+        with self.lock:
+            job = self.table.setdefault(rid, Job(rid))
+        env = dict(os.environ)
+        for k, v in (header.get("env") or {}).items():
+            env[str(k)] = str(v)
+        want_stdin = bool(header.get("stdin"))
+        start = time.monotonic()
+        try:
+            with job.lock:
+                if job.killed is not None:
+                    raise _NotStarted("killed before it started")
+                job.proc = subprocess.Popen(
+                    # `--`: a command starting with "-" (a path like `-rf/bin/python`) is a
+                    # command, never options of the shell itself
+                    ["/bin/sh", "-c", "--", header["cmd"]],
+                    stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    cwd=os.path.expanduser(header["cwd"]) if header.get("cwd") else None,
+                    env=env, start_new_session=True, close_fds=True,
+                )
+        except (OSError, _NotStarted) as exc:
+            what = ("cwd {!r}: {}".format(header.get("cwd"), exc.strerror)
+                    if isinstance(exc, OSError) and header.get("cwd") else str(exc))
+            self.io.send({"t": "out", "id": rid, "fd": 2},
+                         (f"orchestrator agent: cannot start command: {what}\n").encode())
+            self.io.send({"t": "done", "id": rid, "exit": 126, "duration": 0.0,
+                          "timed_out": False, "killed": job.killed, "not_started": True})
+            return
+        proc = job.proc
+        if want_stdin:
+            threading.Thread(target=_feed, args=(proc.stdin, body), name=f"stdin-{rid}",
+                             daemon=True).start()
+        self._pump(job, proc, start, header.get("timeout"))
+        rc = proc.returncode
+        if job.killer is not None:
+            job.killer.join()
+        self.io.send({
+            "t": "done", "id": rid, "exit": rc if rc >= 0 else 128 - rc,
+            "signal": -rc if rc < 0 else None, "duration": time.monotonic() - start,
+            "timed_out": job.killed == "timeout", "killed": job.killed, "pid": proc.pid,
+        })
+
+    def _pump(self, job: Job, proc: subprocess.Popen, start: float, timeout) -> None:
+        """Stream stdout/stderr until both close (or linger after exit); enforce timeout."""
+        deadline = start + float(timeout) if timeout else None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ, 1)
+        sel.register(proc.stderr, selectors.EVENT_READ, 2)
+        open_streams = 2
+        exited_at = None
+        last_data = time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                if deadline is not None and job.killed is None and now >= deadline:
+                    job.kill("timeout", self.grace)
+                if exited_at is None and proc.poll() is not None:
+                    exited_at = now
+                if open_streams == 0:
+                    if exited_at is not None:
+                        break
+                    wait = 0.5
+                    if deadline is not None and job.killed is None:
+                        wait = min(wait, max(0.0, deadline - now))
+                    with suppress(subprocess.TimeoutExpired):
+                        proc.wait(wait)
+                    continue
+                if exited_at is not None:
+                    # the leader exited; something it started in the background still holds
+                    # the pipes: take what is there, then stop (do not wait for daemons)
+                    if now - last_data > 0.25 or now - exited_at > 2.0:
+                        break
+                    wait = 0.05
+                else:
+                    wait = 0.5
+                    if deadline is not None and job.killed is None:
+                        wait = min(wait, max(0.0, deadline - now))
+                for key, _ in sel.select(wait):
+                    try:
+                        data = os.read(key.fileobj.fileno(), CHUNK)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        sel.unregister(key.fileobj)
+                        open_streams -= 1
+                        continue
+                    last_data = time.monotonic()
+                    self.io.send({"t": "out", "id": job.id, "fd": key.data}, data)
+        finally:
+            sel.close()
+            for stream in (proc.stdout, proc.stderr):
+                with suppress(OSError):
+                    stream.close()
+            proc.wait()
 
 
 def _user_name(uid: int) -> str:
@@ -250,10 +380,8 @@ class SubAgent:
             if header.get("t") != "hello":
                 raise ChannelClosed()
         except (ChannelClosed, OSError, ValueError):
-            try:
+            with suppress(OSError):
                 proc.stdin.close()
-            except OSError:
-                pass
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -274,7 +402,7 @@ class SubAgent:
             user = _user_name(os.getuid())
             py = sys.executable or "python3"
             how = "`sudo -n`"
-            bootstrap = self.agent.shipped_source("bootstrap")
+            bootstrap = self.agent.shipped.sources.get("bootstrap")
             if bootstrap is None:
                 return "become: the agent bootstrap was not shipped with the agent"
             try:
@@ -330,10 +458,8 @@ class SubAgent:
                 "t": "error", "id": rid, "kind": "become",
                 "message": "the root helper agent (started with sudo) exited unexpectedly",
             })
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
 
     def forward(self, header: dict, body: bytes) -> bool:
         with self.lock:
@@ -355,22 +481,16 @@ class SubAgent:
             proc = self.proc
         if proc is None:
             return
-        try:
+        with suppress(OSError):
             proc.stdin.close()  # EOF: the helper kills its commands and exits
-        except OSError:
-            pass
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _discard(stream) -> None:
-    try:
+    with suppress(OSError, ValueError):
         while stream.read(65536):
             pass
-    except (OSError, ValueError):
-        pass
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -384,83 +504,114 @@ def _write_all(fd: int, data: bytes) -> None:
 _REGISTERS = re.compile(r'^@(probe|action)\(\s*"([^"]+)"\s*\)', re.MULTILINE)
 
 
-def _cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "orchestrator-agent")
-
-
-def _cache_path(source: bytes, filename: str) -> str:
-    """Where the code of SOURCE is kept: keyed by the source, its name and this Python's
-    bytecode magic (the bootstrap reads the agent's own entry under the same key)."""
-    key = _sha256_hex(importlib.util.MAGIC_NUMBER + filename.encode() + source)
-    return os.path.join(_cache_dir(), key[:32] + ".code")
-
-
-def _sha256_hex(data: bytes) -> str:
-    """As the bootstrap's `sha256_hex`: the interpreter's own SHA-256, not hashlib's OpenSSL."""
-    try:
-        from _sha256 import sha256  # type: ignore[import-not-found]
-    except ImportError:
-        try:
-            from _sha2 import sha256  # type: ignore[import-not-found]
-        except ImportError:
-            from hashlib import sha256
-    return sha256(data).hexdigest()
-
-
-def _cache_store(path: str, code) -> None:
-    """Keep CODE marshalled at PATH (atomically); best effort: a read-only home keeps none."""
+def _cache_store(source: bytes, filename: str, code) -> None:
+    """Keep CODE marshalled where the bootstrap's `cache_path` says, only in a directory it
+    would read from (`open_cache_dir`; made 0700): a temp file made 0600 with O_EXCL, renamed
+    in place. Best effort: a read-only home keeps none."""
     import marshal
-    import tempfile
 
-    tmp = None
     try:
+        boot = importlib.import_module("orchestrator.remote.bootstrap")  # shipped: see its doc
+        path = boot.cache_path(source, filename)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(marshal.dumps(code))
-        os.replace(tmp, path)
+        d = boot.open_cache_dir(path)
     except Exception:  # noqa: BLE001 - no cache
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-def cached_compile(source: str, filename: str):
-    """compile(source), kept marshalled in ~/.cache/orchestrator-agent/ (`_cache_path`), so a
-    host compiles each shipped module once, not at every connection. The cache is best effort:
-    any problem with it just compiles."""
-    import marshal
-
-    path = _cache_path(source.encode("utf-8"), filename)
+        return
+    tmp = "." + os.urandom(8).hex() + ".tmp"
     try:
-        with open(path, "rb") as fh:
-            return marshal.loads(fh.read())
-    except Exception:  # noqa: BLE001 - absent, unreadable, truncated: compile
-        pass
-    code = compile(source, filename, "exec")
-    _cache_store(path, code)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=d)
+        try:
+            _write_all(fd, marshal.dumps(code))
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.basename(path), src_dir_fd=d, dst_dir_fd=d)
+    except Exception:  # noqa: BLE001 - no cache
+        with suppress(OSError):
+            os.unlink(tmp, dir_fd=d)
+    finally:
+        os.close(d)
+
+
+def cached_compile(source: str, filename: str, keep: bool = True):
+    """compile(source), kept marshalled (`_cache_store`, unless not KEEP: a dry run writes
+    nothing) where the bootstrap reads it back (`cache_read`), so a host compiles each shipped
+    module once, not at every connection. Best effort: any problem with it just compiles."""
+    data = source.encode("utf-8")
+    try:
+        code = importlib.import_module("orchestrator.remote.bootstrap").cache_read(data, filename)
+    except ImportError:  # no bootstrap shipped: no cache
+        code = None
+    if code is None:
+        code = compile(source, filename, "exec")
+        if keep:
+            _cache_store(data, filename, code)
     return code
 
 
-def _keep_own_code(source: bytes, code) -> None:
-    """Keep the agent's own code when the bootstrap had to compile it (it only reads the
-    cache; CODE is None when it read it from there)."""
-    if code is not None:
-        _cache_store(_cache_path(source, "orchestrator/remote/agent.py"), code)
-
-
 class ShippedModules:
-    """Imports `orchestrator.remote.<name>` from the sources the client shipped (a meta path
-    finder and loader): shipped modules import each other in any order, and tracebacks and
-    `orchestrator.remote.probes.module_source` see their text through `get_source`."""
+    """The modules the client shipped, importable as `orchestrator.remote.<name>` (a meta path
+    finder and loader: they import each other in any order, and tracebacks and
+    `orchestrator.remote.probes.module_source` see their text through `get_source`), and the
+    probes and actions they register (`@probe("NAME")`, `@action("NAME")`,
+    orchestrator.remote.probes), learnt from their text."""
 
     PREFIX = "orchestrator.remote."
 
-    def __init__(self, sources: dict) -> None:
-        self.sources = sources  # type: dict  # name -> source text
+    def __init__(self, modules: list, keep: bool = True) -> None:
+        self.sources = dict(modules)  # type: dict  # name -> source text
+        self.keep = keep  # keep their compiled code in the cache (not on a dry run)
+        self.tables = {"probe": {}, "action": {}}  # type: dict  # kind -> name -> function
+        self.lazy = {"probe": {}, "action": {}}  # type: dict  # kind -> name -> module
+        self.errors = {}  # type: dict  # module -> why it did not import
+        self.lock = threading.Lock()
+        for name, text in modules:
+            for kind, registered in _REGISTERS.findall(text):
+                self.lazy[kind][registered] = name
+
+    def install(self) -> None:
+        """Make the modules importable and import the registry (probes) only: a module is
+        imported when one of its names is first called, so a converged re-run never pays for
+        the CUDA check, the supervisor or the router's modules (about half of the agent's
+        start-up on a host)."""
+        for pkg in ("orchestrator", "orchestrator.remote"):
+            mod = types.ModuleType(pkg)
+            mod.__path__ = []  # type: ignore[attr-defined]
+            sys.modules[pkg] = mod
+        sys.meta_path.insert(0, self)
+        if "probes" in self.sources:
+            self.load("probes")
+        probes_mod = sys.modules.get("orchestrator.remote.probes")
+        if probes_mod is not None:
+            self.tables = {"probe": getattr(probes_mod, "PROBES", {}),
+                           "action": getattr(probes_mod, "ACTIONS", {})}
+
+    def load(self, name: str) -> None:
+        """Import the module NAME; what it raises goes to `errors`."""
+        with self.lock:
+            if name in self.errors:
+                return
+            try:
+                importlib.import_module(self.PREFIX + name)
+            except Exception as exc:
+                self.errors[name] = f"{type(exc).__name__}: {exc}"
+
+    def load_all(self) -> dict:
+        """Import every module now; the import errors, by module (empty: all load)."""
+        for name in sorted(self.sources):
+            self.load(name)
+        return dict(self.errors)
+
+    def lookup(self, kind: str, name):
+        """The function registered as probe/action NAME, importing its module on first use."""
+        fn = self.tables[kind].get(name)
+        if fn is None and name in self.lazy[kind]:
+            self.load(self.lazy[kind][name])
+            fn = self.tables[kind].get(name)
+        return fn
+
+    def names(self, kind: str) -> list:
+        """Every probe (or action) name, loaded or not."""
+        return sorted(set(self.tables[kind]) | set(self.lazy[kind]))
 
     def _name(self, fullname: str):
         name = fullname[len(self.PREFIX):] if fullname.startswith(self.PREFIX) else None
@@ -479,7 +630,10 @@ class ShippedModules:
     def exec_module(self, module) -> None:
         name = self._name(module.__name__)
         module.__file__ = f"orchestrator/remote/{name}.py"
-        exec(cached_compile(self.sources[name], module.__file__), module.__dict__)
+        source = self.sources[name]
+        # the bootstrap reads the cache itself (cached_compile imports it)
+        exec(compile(source, module.__file__, "exec") if name == "bootstrap"
+             else cached_compile(source, module.__file__, self.keep), module.__dict__)
 
     def get_source(self, fullname: str):
         name = self._name(fullname)
@@ -495,7 +649,7 @@ class Agent:
         self.init = {}  # type: dict
         self.heartbeat = 5.0
         self.grace = 2.0
-        self.jobs = {}  # type: dict
+        self.jobs = Jobs(io)
         self.writes = set()  # type: set  # temp files of write_file requests in progress
         self.lock = threading.Lock()
         self.active = 0
@@ -503,74 +657,9 @@ class Agent:
         self.client_timeout = 0.0  # kill everything if the client is silent this long (0: off)
         self.last_client = time.monotonic()
         self.sub = SubAgent(self)
-        self.probes = {}  # type: dict  # name -> function that only reads
-        self.actions = {}  # type: dict  # name -> function that changes the host
-        self.shipped = None  # type: ShippedModules | None
-        self.module_errors = {}  # type: dict
-        self.lazy_probes = {}  # type: dict  # probe name -> the module that registers it
-        self.lazy_actions = {}  # type: dict  # action name -> the module that registers it
-        self.import_lock = threading.Lock()
+        self.shipped = ShippedModules([])
         self.umask = os.umask(0o022)
         os.umask(self.umask)
-
-    # ---- setup -------------------------------------------------------------------------
-    def load_modules(self, modules: list) -> None:
-        """Make the shipped modules importable as orchestrator.remote.<name>, and learn from
-        their text which module registers which probe and action (`@probe("NAME")`,
-        `@action("NAME")`, orchestrator.remote.probes). Only the registry is imported now; a
-        module is imported when one of its names is first called: a converged re-run never
-        pays for the CUDA check, the supervisor or the router's modules (about half of the
-        agent's start-up on a host)."""
-        for pkg in ("orchestrator", "orchestrator.remote"):
-            mod = types.ModuleType(pkg)
-            mod.__path__ = []  # type: ignore[attr-defined]
-            sys.modules[pkg] = mod
-        shipped = self.shipped = ShippedModules(dict(modules))
-        sys.meta_path.insert(0, shipped)
-        for name, text in modules:
-            for kind, registered in _REGISTERS.findall(text):
-                (self.lazy_probes if kind == "probe" else self.lazy_actions)[registered] = name
-        if "probes" in shipped.sources:
-            self._import("probes")
-        probes_mod = sys.modules.get("orchestrator.remote.probes")
-        if probes_mod is not None:
-            self.probes = getattr(probes_mod, "PROBES", {})
-            self.actions = getattr(probes_mod, "ACTIONS", {})
-
-    def load_all(self) -> dict:
-        """Import every shipped module now; the import errors, by module (empty: all load)."""
-        for name in sorted(self.shipped.sources if self.shipped is not None else ()):
-            self._import(name)
-        return dict(self.module_errors)
-
-    def _import(self, name: str) -> None:
-        with self.import_lock:
-            if name in self.module_errors:
-                return
-            try:
-                importlib.import_module("orchestrator.remote." + name)
-            except Exception as exc:
-                self.module_errors[name] = f"{type(exc).__name__}: {exc}"
-
-    def _lookup(self, kind: str, name):
-        """The function registered as probe/action NAME, importing its module on first use."""
-        table, lazy = ((self.probes, self.lazy_probes) if kind == "probe"
-                       else (self.actions, self.lazy_actions))
-        fn = table.get(name)
-        if fn is None and name in lazy:
-            self._import(lazy[name])
-            fn = table.get(name)
-        return fn
-
-    def names(self, kind: str) -> list:
-        """Every probe (or action) name, loaded or not."""
-        if kind == "probe":
-            return sorted(set(self.probes) | set(self.lazy_probes))
-        return sorted(set(self.actions) | set(self.lazy_actions))
-
-    def shipped_source(self, name: str):
-        """The text of the shipped module NAME, or None."""
-        return self.shipped.sources.get(name) if self.shipped is not None else None
 
     def hello(self) -> dict:
         uid = os.getuid()
@@ -578,9 +667,9 @@ class Agent:
         return {
             "t": "hello", "protocol": PROTOCOL, "pid": os.getpid(), "uid": uid,
             "user": _user_name(uid), "python": ".".join(map(str, sys.version_info[:3])),
-            "executable": sys.executable, "probes": self.names("probe"),
-            "actions": self.names("action"),
-            "module_errors": self.module_errors,
+            "executable": sys.executable, "probes": self.shipped.names("probe"),
+            "actions": self.shipped.names("action"),
+            "module_errors": self.shipped.errors,
             # pid + start time + boot id name this agent process uniquely (agent_retire)
             "starttime": starttime, "boot_id": boot_id,
         }
@@ -593,10 +682,16 @@ class Agent:
             raise ChannelClosed()
         self.init = header
         self.heartbeat = float(header.get("heartbeat") or 5.0)
-        self.grace = float(header.get("grace") or 2.0)
+        self.grace = self.jobs.grace = float(header.get("grace") or 2.0)
         self.client_timeout = float(header.get("client_timeout") or 0.0)
-        self.load_modules(header.get("modules") or [])
+        # a read-only (dry) run leaves no trace on the host: no code cache written
+        self.shipped = ShippedModules(header.get("modules") or [],
+                                      keep=not header.get("read_only"))
+        self.shipped.install()
         self.io.send(self.hello())
+        own = globals().get("AGENT_CODE")  # None when the bootstrap read it from the cache
+        if own is not None and self.shipped.keep:
+            _cache_store(self.source, "orchestrator/remote/agent.py", own)
         threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True).start()
         while True:
             header, body = self.io.recv()
@@ -633,21 +728,17 @@ class Agent:
         if op == "hb":  # the client's pulse (see _heartbeat)
             return
         if op == "kill":
-            target = header.get("target")
-            with self.lock:
-                job = self.jobs.get(target)
-            if job is not None:
-                job.kill("kill", self.grace)
+            self.jobs.kill(header.get("target"), "kill")
             self.sub.forward_kill(header)
             return
         if op == "kill_all":
-            self.kill_all("kill")
+            self.jobs.kill_all("kill")
             self.sub.forward_kill(header)
             return
         handler = {
-            "run": self.op_run, "read_file": self.op_read_file,
+            "run": self.jobs.run, "read_file": self.op_read_file,
             "write_file": self.op_write_file, "probe": self.op_probe, "act": self.op_act,
-            "ping": self.op_ping, "load_all": self.op_load_all,
+            "load_all": self.op_load_all,
         }.get(op)
         if handler is None:
             self.io.send({"t": "error", "id": rid, "kind": "protocol",
@@ -658,8 +749,7 @@ class Agent:
                     and (os.getuid() != 0 or self.init.get("become") == "sudo")):
                 handler = self.op_run_become
             else:
-                with self.lock:
-                    self.jobs[rid] = Job(rid)
+                self.jobs.add(rid)
         with self.lock:
             self.active += 1
         threading.Thread(target=self._serve_one, args=(handler, header, body),
@@ -681,13 +771,10 @@ class Agent:
         finally:
             with self.lock:
                 self.active -= 1
-                self.jobs.pop(rid, None)
+            with self.jobs.lock:
+                self.jobs.table.pop(rid, None)
 
     # ---- operations --------------------------------------------------------------------
-    def op_ping(self, header: dict, body: bytes) -> None:
-        self.io.send({"t": "result", "id": header.get("id"),
-                      "value": {"pid": os.getpid(), "time": time.time()}})
-
     def op_probe(self, header: dict, body: bytes) -> None:
         self._call_named(header, "probe", "action", "an action, not a probe: it changes the host")
 
@@ -695,22 +782,22 @@ class Agent:
         self._call_named(header, "action", "probe", "a probe, not an action")
 
     def op_load_all(self, header: dict, body: bytes) -> None:
-        self.io.send({"t": "result", "id": header.get("id"), "value": self.load_all()})
+        self.io.send({"t": "result", "id": header.get("id"), "value": self.shipped.load_all()})
 
     def _call_named(self, header: dict, kind: str, other: str, refusal: str) -> None:
         """Call the KIND (probe/action) `header["name"]`; a name of the OTHER kind is refused
         (REFUSAL says why): a probe never changes the host, and an action is never asked as a
         probe."""
         name = header.get("name")
-        fn = self._lookup(kind, name)
+        fn = self.shipped.lookup(kind, name)
         if fn is None:
-            if name in self.names(other):
+            if name in self.shipped.names(other):
                 message = f"{name!r} is {refusal}"
             else:
                 message = "unknown {} {!r}; available: {}{}".format(
-                    kind, name, ", ".join(self.names(kind)) or "(none)",
-                    f"; modules that failed to load: {self.module_errors}"
-                    if self.module_errors else "")
+                    kind, name, ", ".join(self.shipped.names(kind)) or "(none)",
+                    f"; modules that failed to load: {self.shipped.errors}"
+                    if self.shipped.errors else "")
             self.io.send({"t": "error", "id": header.get("id"), "kind": "unknown_" + kind,
                           "message": message})
             return
@@ -761,22 +848,18 @@ class Agent:
         except BaseException:
             if fd >= 0:
                 os.close(fd)
-            try:
+            with suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
             raise
         finally:
             with self.lock:
                 self.writes.discard(tmp)
-        try:
+        with suppress(OSError):
             dfd = os.open(directory, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
-        except OSError:
-            pass
         self.io.send({"t": "result", "id": header.get("id"), "value": len(body)})
 
     def op_run_become(self, header: dict, body: bytes) -> None:
@@ -791,117 +874,7 @@ class Agent:
             self.io.send({"t": "error", "id": header.get("id"), "kind": "become",
                           "message": "the root helper agent (started with sudo) is gone"})
 
-    def op_run(self, header: dict, body: bytes) -> None:
-        rid = header.get("id")
-        with self.lock:
-            job = self.jobs.setdefault(rid, Job(rid))
-        env = dict(os.environ)
-        for k, v in (header.get("env") or {}).items():
-            env[str(k)] = str(v)
-        timeout = header.get("timeout")
-        want_stdin = bool(header.get("stdin"))
-        start = time.monotonic()
-        try:
-            with job.lock:
-                if job.killed is not None:
-                    raise _NotStarted("killed before it started")
-                job.proc = subprocess.Popen(
-                    # `--`: a command starting with "-" (a path like `-rf/bin/python`) is a
-                    # command, never options of the shell itself
-                    ["/bin/sh", "-c", "--", header["cmd"]],
-                    stdin=subprocess.PIPE if want_stdin else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    cwd=os.path.expanduser(header["cwd"]) if header.get("cwd") else None,
-                    env=env, start_new_session=True, close_fds=True,
-                )
-        except (OSError, _NotStarted) as exc:
-            what = ("cwd {!r}: {}".format(header.get("cwd"), exc.strerror)
-                    if isinstance(exc, OSError) and header.get("cwd") else str(exc))
-            self.io.send({"t": "out", "id": rid, "fd": 2},
-                         (f"orchestrator agent: cannot start command: {what}\n").encode())
-            self.io.send({"t": "done", "id": rid, "exit": 126, "duration": 0.0,
-                          "timed_out": False, "killed": job.killed, "not_started": True})
-            return
-        proc = job.proc
-        if want_stdin:
-            threading.Thread(target=_feed, args=(proc.stdin, body), name=f"stdin-{rid}",
-                             daemon=True).start()
-        self._pump(job, proc, start, timeout)
-        rc = proc.returncode
-        if job.killer is not None:
-            job.killer.join()
-        done = {
-            "t": "done", "id": rid, "exit": rc if rc >= 0 else 128 - rc,
-            "signal": -rc if rc < 0 else None, "duration": time.monotonic() - start,
-            "timed_out": job.killed == "timeout", "killed": job.killed, "pid": proc.pid,
-        }
-        self.io.send(done)
-
-    def _pump(self, job: Job, proc: subprocess.Popen, start: float, timeout) -> None:
-        """Stream stdout/stderr until both close (or linger after exit); enforce timeout."""
-        deadline = start + float(timeout) if timeout else None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ, 1)
-        sel.register(proc.stderr, selectors.EVENT_READ, 2)
-        open_streams = 2
-        exited_at = None
-        last_data = time.monotonic()
-        try:
-            while True:
-                now = time.monotonic()
-                if deadline is not None and job.killed is None and now >= deadline:
-                    job.kill("timeout", self.grace)
-                if exited_at is None and proc.poll() is not None:
-                    exited_at = now
-                if open_streams == 0:
-                    if exited_at is not None:
-                        break
-                    wait = 0.5
-                    if deadline is not None and job.killed is None:
-                        wait = min(wait, max(0.0, deadline - now))
-                    try:
-                        proc.wait(wait)
-                    except subprocess.TimeoutExpired:
-                        pass
-                    continue
-                if exited_at is not None:
-                    # the leader exited; something it started in the background still holds
-                    # the pipes: take what is there, then stop (do not wait for daemons)
-                    if now - last_data > 0.25 or now - exited_at > 2.0:
-                        break
-                    wait = 0.05
-                else:
-                    wait = 0.5
-                    if deadline is not None and job.killed is None:
-                        wait = min(wait, max(0.0, deadline - now))
-                for key, _ in sel.select(wait):
-                    try:
-                        data = os.read(key.fileobj.fileno(), CHUNK)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        sel.unregister(key.fileobj)
-                        open_streams -= 1
-                        continue
-                    last_data = time.monotonic()
-                    self.io.send({"t": "out", "id": job.id, "fd": key.data}, data)
-        finally:
-            sel.close()
-            for stream in (proc.stdout, proc.stderr):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            proc.wait()
-
     # ---- shutdown ----------------------------------------------------------------------
-    def kill_all(self, reason: str) -> list:
-        with self.lock:
-            jobs = list(self.jobs.values())
-        for job in jobs:
-            job.kill(reason, self.grace)
-        return jobs
-
     def shutdown(self) -> None:
         """Kill every running command's process group, stop the helper, exit.
 
@@ -911,7 +884,7 @@ class Agent:
         command failing."""
         self.shutting_down = True
         self.io.stop_sending()
-        jobs = self.kill_all("shutdown")
+        jobs = self.jobs.kill_all("shutdown")
         self.sub.close(self.grace + 1.0)
         end = time.monotonic() + self.grace + 1.0
         for job in jobs:
@@ -931,10 +904,8 @@ class Agent:
         with self.lock:
             left = list(self.writes)
         for tmp in left:
-            try:
+            with suppress(OSError):
                 os.unlink(tmp)  # the rename then fails: the target keeps its old content
-            except OSError:
-                pass
 
 
 class _NotStarted(Exception):
@@ -942,15 +913,10 @@ class _NotStarted(Exception):
 
 
 def _feed(stream, data: bytes) -> None:
-    try:
+    with suppress(OSError):
         stream.write(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            stream.close()
-        except OSError:
-            pass
+    with suppress(OSError):
+        stream.close()
 
 
 def _identity():
@@ -983,7 +949,6 @@ def main(source: bytes) -> None:
     os.close(devnull)
     sys.stdout = open(os.devnull, "w")  # a stray print() must not corrupt the protocol
     agent = Agent(FrameIO(fd_in, fd_out), source)
-    _keep_own_code(source, globals().get("AGENT_CODE"))
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _on_signal)
     code = 0

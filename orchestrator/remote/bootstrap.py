@@ -5,8 +5,10 @@ and by the agent itself for its root helper (`sudo -n -- PYTHON -c TEXT`). It ru
 (so its hints are type comments), says so on one older than 3.8 (exit code 3), then reads the
 agent source from fd 0 unbuffered (so no frame bytes are swallowed by a buffer: 10 ASCII digits
 of length, then the source; exit code 4 when it does not come) and executes it as
-`__orchestrator_agent__` with the source in `AGENT_SOURCE`. Kept free of single quotes and
-exclamation marks: the text travels inside shell quotes.
+`__orchestrator_agent__` with the source in `AGENT_SOURCE`, compiled or read back from the
+code cache the agent keeps (`cache_read`; the agent imports this module, shipped with it, for
+the place and checks of the cache). Kept free of single quotes and exclamation marks: the text
+travels inside shell quotes.
 """
 
 import os
@@ -14,6 +16,8 @@ import sys
 
 EXIT_OLD_PYTHON = 3
 EXIT_NO_SOURCE = 4
+AGENT_FILE = "orchestrator/remote/agent.py"
+NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
 
 
 def read_exact(n):
@@ -59,21 +63,64 @@ def sha256_hex(data):
 
 def compiled(s):
     # type: (bytes) -> tuple
-    """The agent source S compiled (code, True), or read back (code, False) from
-    ~/.cache/orchestrator-agent/, where the agent keeps the code it was handed fresh
-    (agent._cache_path: the source and this Python bytecode magic): a host compiles each
-    agent version once, not at every connection."""
-    import marshal
+    """The agent source S compiled (code, True), or read back (code, False) from the cache the
+    agent keeps (cache_read): a host compiles each agent version once, not at each connection."""
+    code = cache_read(s, AGENT_FILE)
+    return (compile(s, AGENT_FILE, "exec"), True) if code is None else (code, False)
+
+
+def cache_path(source, name):
+    # type: (bytes, str) -> str
+    """Where the code of SOURCE (the file NAME) is kept: ~/.cache/orchestrator-agent/KEY.code,
+    KEY from the source, NAME and this Python bytecode magic. ~ is the effective uid home in
+    the password database, never $HOME; $XDG_CACHE_HOME moves it, except in a process sudo
+    started (a root helper): sudo sets SUDO_UID always (plugins/sudoers/env.c:1131-1133) but
+    may keep the user $HOME (env.c:1095-1096) and $XDG_CACHE_HOME (env_keep), and the helper
+    keeps its own cache."""
+    import pwd
     from importlib.util import MAGIC_NUMBER
 
-    name = "orchestrator/remote/agent.py"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    key = sha256_hex(MAGIC_NUMBER + name.encode() + s)[:32]
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base or "SUDO_UID" in os.environ:
+        base = os.path.join(pwd.getpwuid(os.geteuid()).pw_dir, ".cache")
+    key = sha256_hex(MAGIC_NUMBER + name.encode() + source)[:32]
+    return os.path.join(base, "orchestrator-agent", key + ".code")
+
+
+def owned(fd):
+    # type: (int) -> int
+    """FD when its file is owned by the effective uid and writable by no other; else FD is
+    closed and OSError raised: code another user could have written never runs."""
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        return fd
+    os.close(fd)
+    raise OSError("owned by another user, or writable by others")
+
+
+def open_cache_dir(path):
+    # type: (str) -> int
+    """The directory of the cache entry PATH, opened (never through a symlink) when owned."""
+    return owned(os.open(os.path.dirname(path), NOFOLLOW | getattr(os, "O_DIRECTORY", 0)))
+
+
+def cache_read(source, name):
+    # type: (bytes, str) -> object
+    """The code of SOURCE kept at cache_path, or None: absent, damaged, a symlink, or in a
+    directory or a file that is not owned (owned)."""
+    import marshal
+
     try:
-        with open(os.path.join(base, "orchestrator-agent", key + ".code"), "rb") as fh:
-            return marshal.loads(fh.read()), False
-    except Exception:  # noqa: BLE001 - absent, unreadable, truncated
-        return compile(s, name, "exec"), True
+        path = cache_path(source, name)
+        d = open_cache_dir(path)
+        try:
+            fd = owned(os.open(os.path.basename(path), NOFOLLOW, dir_fd=d))
+        finally:
+            os.close(d)
+        with os.fdopen(fd, "rb") as fh:
+            return marshal.loads(fh.read())
+    except Exception:  # noqa: BLE001 - absent, unreadable, truncated, not ours
+        return None
 
 
 if __name__ == "__main__":

@@ -26,12 +26,14 @@ __all__ = [
 ]
 
 
-def make_transport(spec: HostSpec, *, on_wait: WaitCallback | None = None) -> AgentTransport:
+def make_transport(spec: HostSpec, *, on_wait: WaitCallback | None = None,
+                   read_only: bool = False) -> AgentTransport:
     """Build the transport for one host: `connection: local` -> LocalTransport, else SSH.
 
     `on_wait(attempt, elapsed_s, error)` is called before each wait while an SSH host does not
-    answer yet (the console shows "waiting for SSH...").
+    answer yet (the console shows "waiting for SSH..."). `read_only`: a dry run's connection,
+    whose agent writes nothing for itself on the host (no code cache).
     """
-    if spec.connection == "local":
-        return LocalTransport(spec)
-    return SSHTransport(spec, on_wait=on_wait)
+    t = LocalTransport(spec) if spec.connection == "local" else SSHTransport(spec, on_wait=on_wait)
+    t.read_only = read_only
+    return t

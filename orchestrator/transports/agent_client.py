@@ -23,7 +23,8 @@ import queue
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,12 +70,8 @@ def shipped_modules() -> tuple[tuple[str, str], ...]:
     run under another python (the supervisor, the CUDA init check) travel with them so that
     actions and probes find their text on the host (probes.module_source).
     """
-    names = sorted(
-        p.stem for p in _REMOTE_DIR.glob("*.py") if p.stem not in ("__init__", "agent")
-    )
-    if "probes" in names:
-        names.remove("probes")
-        names.insert(0, "probes")
+    names = sorted({p.stem for p in _REMOTE_DIR.glob("*.py")} - {"__init__", "agent"},
+                   key=lambda name: (name != "probes", name))
     return tuple((n, (_REMOTE_DIR / f"{n}.py").read_text(encoding="utf-8")) for n in names)
 
 
@@ -99,10 +96,6 @@ class Pipe(Protocol):
 
     def stderr_tail(self) -> str:
         """The last few KB the agent process wrote to stderr."""
-
-
-def _frame(header: dict, body: bytes = b"") -> bytes:
-    return agent_mod.pack(header, body)
 
 
 _DEAD = object()
@@ -139,197 +132,38 @@ class _Output:
         return b"".join(self.chunks[fd]).decode("utf-8", "replace")
 
 
-class AgentSession:
-    """One running agent and the framed protocol to it. Thread-safe."""
+class _Reader:
+    """The reader thread of a session: skips what the host prints before the agent's MAGIC
+    (kept as `preamble`), then parses frames and hands each to `deliver`; at EOF or on a broken
+    stream it calls `end` with the reason."""
 
-    def __init__(
-        self,
-        pipe: Pipe,
-        *,
-        host: str,
-        heartbeat: float = 5.0,
-        dead_after: float = 30.0,
-        kill_grace: float = 2.0,
-        become_mode: str = "auto",
-        become_password: str | None = None,
-    ) -> None:
-        self._pipe = pipe
+    def __init__(self, pipe: Pipe, host: str, deliver: Callable[[dict, bytes], None],
+                 end: Callable[[str], None]) -> None:
+        self.pipe = pipe
         self.host = host
-        self.heartbeat = heartbeat
-        self.dead_after = dead_after
-        self.kill_grace = kill_grace
-        self._become_mode = become_mode
-        self._become_password = become_password
-        self._ids = itertools.count(1)
-        self._queues: dict[int | str, queue.SimpleQueue] = {}
-        self._qlock = threading.Lock()
-        self._send_lock = threading.Lock()
-        self._last_seen = time.monotonic()
-        self._last_sent = time.monotonic()
-        self._dead: str | None = None
-        self._closed = False
-        self.hello: dict[str, Any] = {}
+        self.deliver = deliver
+        self.end = end
+        self.last_seen = time.monotonic()
         #: text the host printed before the agent started (e.g. from a login shell's rc file)
         self.preamble = b""
-        self._reader = threading.Thread(
-            target=self._read_loop, name=f"agent-reader-{host}", daemon=True
-        )
+        self.thread = threading.Thread(target=self._loop, name=f"agent-reader-{host}",
+                                       daemon=True)
 
-    # ---- lifecycle -------------------------------------------------------------------------
-    def start(self, timeout: float) -> dict[str, Any]:
-        """Ship the agent, wait for its hello; raise ConnectError subclasses on failure."""
-        init: dict[str, Any] = {
-            "op": "init",
-            "heartbeat": self.heartbeat,
-            "grace": self.kill_grace,
-            # the agent kills our commands if we stay silent this long while they run
-            "client_timeout": 2 * self.dead_after,
-            "become": self._become_mode,
-            "modules": [list(m) for m in shipped_modules()],
-        }
-        if self._become_password:
-            init["become_password"] = self._become_password
-        hello_q = self._register("hello")
-        self._reader.start()
-        try:
-            self._send_raw(agent_mod.encode_source(agent_source()) + _frame(init))
-            try:
-                item = hello_q.get(timeout=timeout)
-            except queue.Empty:
-                self.close(wait=False)
-                raise TransientConnectError(
-                    f"the agent did not start within {timeout:g}s (python3 on the host is slow "
-                    "or the connection stalled)",
-                    host=self.host,
-                ) from None
-        except PipeClosed:
-            item = _DEAD
-        finally:
-            self._unregister("hello")
-        if item is _DEAD:
-            raise self._startup_error()
-        self.hello = item[0]
-        return self.hello
-
-    def _startup_error(self) -> TransportError:
-        self._reader.join(2.0)  # let it collect what the host printed before EOF
-        deadline = time.monotonic() + 2.0
-        status = self._pipe.exit_status()
-        while status is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            status = self._pipe.exit_status()
-        err = self._pipe.stderr_tail().strip()
-        out = self.preamble.decode("utf-8", "replace").strip()
-        self.close(wait=False)
-        said = f": {err[-800:]}" if err else ""
-        if out:
-            said += f" (it printed: {out[-300:]!r})"
-        if status == 127 or "python3: not found" in err or "command not found" in err:
-            return ConnectError(
-                f"could not start the agent: python3 was not found on the host{said}",
-                host=self.host,
-                hint="install Python 3.8 or newer on the host (e.g. `apt-get install python3`)",
-            )
-        if status == bootstrap.EXIT_OLD_PYTHON:
-            return ConnectError(
-                f"could not start the agent{said}", host=self.host,
-                hint="install Python 3.8 or newer on the host as `python3`",
-            )
-        if status is not None:
-            # the remote side ran and failed (login shell refused, agent crashed, ...):
-            # trying again will not help
-            return ConnectError(
-                f"the agent could not start on the host (exit status {status}){said}",
-                host=self.host,
-                hint="check the account's login shell and its rc files (they must not exit or "
-                "read stdin in non-interactive sessions); a Python traceback here is a bug in "
-                "orchestrator: please report it",
-            )
-        return TransientConnectError(
-            f"the connection closed while the agent was starting{said}", host=self.host
-        )
-
-    @property
-    def alive(self) -> bool:
-        """True while the channel is open and the agent answers."""
-        return self._dead is None
-
-    def close(self, wait: bool = True) -> None:
-        """EOF to the agent (it kills what still runs), wait a little for it, tear down."""
-        if self._closed:
-            return
-        self._closed = True
-        grace = self.kill_grace + 2.0 if (wait and self.alive) else 0.0
-        self._mark_dead("the connection was closed")  # new sends refuse; waiters wake up
-        locked = self._send_lock.acquire(timeout=5.0)  # never close under a running send
-        try:
-            self._pipe.close(grace)
-        except Exception:  # pragma: no cover - teardown must not raise
-            log.debug("agent pipe close failed", host=self.host, exc_info=True)
-        finally:
-            if locked:
-                self._send_lock.release()
-
-    # ---- I/O -------------------------------------------------------------------------------
-    def _send_raw(self, data: bytes) -> None:
-        with self._send_lock:
-            if self._dead is not None:
-                raise PipeClosed(self._dead)
-            self._pipe.send(data)
-            self._last_sent = time.monotonic()
-
-    def _pulse(self) -> None:
-        """Tell the agent we are still here (sent while waiting; skipped if a send runs)."""
-        if time.monotonic() - self._last_sent < self.heartbeat:
-            return
-        if not self._send_lock.acquire(blocking=False):
-            return
-        try:
-            if self._dead is None:
-                self._pipe.send(_PULSE)
-                self._last_sent = time.monotonic()
-        except PipeClosed:
-            pass
-        finally:
-            self._send_lock.release()
-
-    def _send(self, header: dict, body: bytes = b"") -> None:
-        self._send_raw(_frame(header, body))
-
-    def _register(self, rid: int | str) -> queue.SimpleQueue:
-        q: queue.SimpleQueue = queue.SimpleQueue()
-        with self._qlock:
-            self._queues[rid] = q
-            if self._dead is not None:
-                q.put(_DEAD)
-        return q
-
-    def _unregister(self, rid: int | str) -> None:
-        with self._qlock:
-            self._queues.pop(rid, None)
-
-    def _mark_dead(self, reason: str) -> None:
-        with self._qlock:
-            if self._dead is None:
-                self._dead = reason
-            for q in self._queues.values():
-                q.put(_DEAD)
-
-    def _read_loop(self) -> None:
+    def _loop(self) -> None:
         buf = bytearray()
         reason = "the connection closed"
         synced = False
         try:
             while True:
-                chunk = self._pipe.recv(262144)
+                chunk = self.pipe.recv(262144)
                 if not chunk:
-                    status = self._pipe.exit_status()
+                    status = self.pipe.exit_status()
                     if status is not None:
                         reason = f"the agent exited with status {status}"
                     if not synced:
                         self.preamble = bytes(buf[-4000:])
                     break
-                self._last_seen = time.monotonic()
+                self.last_seen = time.monotonic()
                 buf += chunk
                 if not synced:
                     at = buf.find(MAGIC)
@@ -354,12 +188,220 @@ class AgentSession:
                     header = json.loads(bytes(buf[pos + FRAME.size : pos + FRAME.size + hlen]))
                     body = bytes(buf[pos + FRAME.size + hlen : end])
                     pos = end
-                    self._dispatch(header, body)
+                    self.deliver(header, body)
                 if pos:
                     del buf[:pos]
         except Exception as exc:  # noqa: BLE001 - any failure here means the stream is unusable
             reason = f"reading from the agent failed: {type(exc).__name__}: {exc}"
-        self._mark_dead(reason)
+        self.end(reason)
+
+
+def _startup_error(pipe: Pipe, reader: _Reader, host: str) -> TransportError:
+    """Why the agent did not start: what the host's side said and its exit status, after the
+    channel closed before the agent's hello."""
+    reader.thread.join(2.0)  # let it collect what the host printed before EOF
+    deadline = time.monotonic() + 2.0
+    status = pipe.exit_status()
+    while status is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        status = pipe.exit_status()
+    err = pipe.stderr_tail().strip()
+    out = reader.preamble.decode("utf-8", "replace").strip()
+    said = f": {err[-800:]}" if err else ""
+    if out:
+        said += f" (it printed: {out[-300:]!r})"
+    if status == 127 or "python3: not found" in err or "command not found" in err:
+        return ConnectError(
+            f"could not start the agent: python3 was not found on the host{said}",
+            host=host,
+            hint="install Python 3.8 or newer on the host (e.g. `apt-get install python3`)",
+        )
+    if status == bootstrap.EXIT_OLD_PYTHON:
+        return ConnectError(
+            f"could not start the agent{said}", host=host,
+            hint="install Python 3.8 or newer on the host as `python3`",
+        )
+    if status is not None:
+        # the remote side ran and failed (login shell refused, agent crashed, ...):
+        # trying again will not help
+        return ConnectError(
+            f"the agent could not start on the host (exit status {status}){said}",
+            host=host,
+            hint="check the account's login shell and its rc files (they must not exit or "
+            "read stdin in non-interactive sessions); a Python traceback here is a bug in "
+            "orchestrator: please report it",
+        )
+    return TransientConnectError(
+        f"the connection closed while the agent was starting{said}", host=host
+    )
+
+
+def _remote_error(header: dict, what: str, host: str) -> TransportError:
+    """The error an agent's `error` answer to WHAT means."""
+    kind = header.get("kind")
+    message = header.get("message") or "unknown error"
+    if kind == "become":
+        return TransportError(
+            message, host=host,
+            hint="become needs root: passwordless sudo for the SSH user, or log in as root",
+        )
+    if kind == "exception" and header.get("traceback"):
+        log.debug("agent error", host=host, what=what, traceback=header["traceback"])
+    return TransportError(f"{what} failed on the host: {message}", host=host)
+
+
+def _result(command: str, done: dict, out: _Output, timeout: float | None,
+            host: str) -> Result:
+    """The Result of a command from its `done` frame; CommandTimeout when it timed out."""
+    result = Result(command=command, exit_code=int(done["exit"]), stdout=out.text(1),
+                    stderr=out.text(2), duration=float(done.get("duration") or 0.0), host=host,
+                    timed_out=bool(done.get("timed_out")),
+                    extra={k: done.get(k) for k in ("signal", "killed", "pid") if done.get(k)})
+    if result.timed_out:
+        raise CommandTimeout(f"command timed out after {timeout:g}s and its process group was "
+                             f"killed: {command}", host=host, result=result)
+    return result
+
+
+class AgentSession:
+    """One running agent and the framed protocol to it. Thread-safe."""
+
+    def __init__(
+        self,
+        pipe: Pipe,
+        *,
+        host: str,
+        heartbeat: float = 5.0,
+        dead_after: float = 30.0,
+        kill_grace: float = 2.0,
+        become_mode: str = "auto",
+        become_password: str | None = None,
+        read_only: bool = False,
+    ) -> None:
+        self._pipe = pipe
+        self.host = host
+        self.heartbeat = heartbeat
+        self.dead_after = dead_after
+        self.kill_grace = kill_grace
+        self._become_mode = become_mode
+        self._become_password = become_password
+        self._read_only = read_only
+        self._ids = itertools.count(1)
+        self._queues: dict[int | str, queue.SimpleQueue] = {}
+        self._qlock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._last_sent = time.monotonic()
+        self._dead: str | None = None
+        self._closed = False
+        self.hello: dict[str, Any] = {}
+        self._reader = _Reader(pipe, host, self._dispatch, self._mark_dead)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def start(self, timeout: float) -> dict[str, Any]:
+        """Ship the agent, wait for its hello; raise ConnectError subclasses on failure."""
+        init: dict[str, Any] = {
+            "op": "init",
+            "heartbeat": self.heartbeat,
+            "grace": self.kill_grace,
+            # the agent kills our commands if we stay silent this long while they run
+            "client_timeout": 2 * self.dead_after,
+            "become": self._become_mode,
+            "modules": [list(m) for m in shipped_modules()],
+            # a dry run: the agent writes nothing for itself (no code cache)
+            "read_only": self._read_only,
+        }
+        if self._become_password:
+            init["become_password"] = self._become_password
+        hello_q = self._register("hello")
+        self._reader.thread.start()
+        try:
+            self._send_raw(agent_mod.encode_source(agent_source()) + agent_mod.pack(init))
+            try:
+                item = hello_q.get(timeout=timeout)
+            except queue.Empty:
+                self.close(wait=False)
+                raise TransientConnectError(
+                    f"the agent did not start within {timeout:g}s (python3 on the host is slow "
+                    "or the connection stalled)",
+                    host=self.host,
+                ) from None
+        except PipeClosed:
+            item = _DEAD
+        finally:
+            self._unregister("hello")
+        if item is _DEAD:
+            error = _startup_error(self._pipe, self._reader, self.host)
+            self.close(wait=False)
+            raise error
+        self.hello = item[0]
+        return self.hello
+
+    @property
+    def alive(self) -> bool:
+        """True while the channel is open and the agent answers."""
+        return self._dead is None
+
+    def close(self, wait: bool = True) -> None:
+        """EOF to the agent (it kills what still runs), wait a little for it, tear down."""
+        if self._closed:
+            return
+        self._closed = True
+        grace = self.kill_grace + 2.0 if (wait and self.alive) else 0.0
+        self._mark_dead("the connection was closed")  # sends refuse; waiters wake up
+        locked = self._send_lock.acquire(timeout=5.0)  # never close under a running send
+        try:
+            self._pipe.close(grace)
+        except Exception:  # pragma: no cover - teardown must not raise
+            log.debug("agent pipe close failed", host=self.host, exc_info=True)
+        finally:
+            if locked:
+                self._send_lock.release()
+
+    # ---- I/O -------------------------------------------------------------------------------
+    def _send_raw(self, data: bytes) -> None:
+        with self._send_lock:
+            if self._dead is not None:
+                raise PipeClosed(self._dead)
+            self._pipe.send(data)
+            self._last_sent = time.monotonic()
+
+    def _send_quietly(self, data: bytes, wait: float) -> bool:
+        """Send DATA while the channel is up, waiting up to WAIT seconds for a send that runs;
+        never raises (best effort). False when that send kept the channel."""
+        if not self._send_lock.acquire(timeout=wait):
+            return False
+        try:
+            with suppress(Exception):
+                if self._dead is None:
+                    self._pipe.send(data)
+                    self._last_sent = time.monotonic()
+        finally:
+            self._send_lock.release()
+        return True
+
+    def _pulse(self) -> None:
+        """Tell the agent we are still here (sent while waiting; skipped if a send runs)."""
+        if time.monotonic() - self._last_sent >= self.heartbeat:
+            self._send_quietly(_PULSE, 0)
+
+    def _register(self, rid: int | str) -> queue.SimpleQueue:
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        with self._qlock:
+            self._queues[rid] = q
+            if self._dead is not None:
+                q.put(_DEAD)
+        return q
+
+    def _unregister(self, rid: int | str) -> None:
+        with self._qlock:
+            self._queues.pop(rid, None)
+
+    def _mark_dead(self, reason: str) -> None:
+        with self._qlock:
+            if self._dead is None:
+                self._dead = reason
+            for q in self._queues.values():
+                q.put(_DEAD)
 
     def _dispatch(self, header: dict, body: bytes) -> None:
         kind = header.get("t")
@@ -378,7 +420,7 @@ class AgentSession:
             try:
                 item = q.get(timeout=poll)
             except queue.Empty:
-                silent = time.monotonic() - max(self._last_seen, since)
+                silent = time.monotonic() - max(self._reader.last_seen, since)
                 if silent > self.dead_after:
                     reason = (
                         f"no message from the host for {silent:.0f}s (the agent sends a "
@@ -393,7 +435,8 @@ class AgentSession:
             return item
 
     def _lost(self, what: str) -> ConnectionLost:
-        return ConnectionLost(f"connection lost during {what}: {self._dead}", host=self.host)
+        return ConnectionLost(f"connection lost during {what}: {self._dead}",
+                              host=self.host)
 
     # ---- requests ----------------------------------------------------------------------------
     def call(self, op: str, fields: Mapping[str, Any], body: bytes = b"") -> tuple[dict, bytes]:
@@ -404,27 +447,15 @@ class AgentSession:
         try:
             since = time.monotonic()
             try:
-                self._send({"op": op, "id": rid, **fields}, body)
+                self._send_raw(agent_mod.pack({"op": op, "id": rid, **fields}, body))
             except PipeClosed:
                 raise self._lost(what) from None
             header, rbody = self._next(q, since, what)
         finally:
             self._unregister(rid)
         if header.get("t") == "error":
-            raise self._remote_error(header, what)
+            raise _remote_error(header, what, self.host)
         return header, rbody
-
-    def _remote_error(self, header: dict, what: str) -> TransportError:
-        kind = header.get("kind")
-        message = header.get("message") or "unknown error"
-        if kind == "become":
-            return TransportError(
-                message, host=self.host,
-                hint="become needs root: passwordless sudo for the SSH user, or log in as root",
-            )
-        if kind == "exception" and header.get("traceback"):
-            log.debug("agent error", host=self.host, what=what, traceback=header["traceback"])
-        return TransportError(f"{what} failed on the host: {message}", host=self.host)
 
     def send_kill(self, rid: int | None = None) -> None:
         """Ask the agent to kill one command (or all with rid=None). Never raises or hangs.
@@ -433,16 +464,8 @@ class AgentSession:
         send on this very thread) the request is dropped: close() still kills everything.
         """
         header = {"op": "kill_all"} if rid is None else {"op": "kill", "target": rid}
-        if not self._send_lock.acquire(timeout=2.0):
+        if not self._send_quietly(agent_mod.pack(header), 2.0):
             log.debug("kill request not sent: channel busy", host=self.host)
-            return
-        try:
-            if self._dead is None:
-                self._pipe.send(_frame(header))
-        except Exception:  # noqa: BLE001 - best effort; a dead agent has killed them already
-            pass
-        finally:
-            self._send_lock.release()
 
     def run(
         self,
@@ -468,7 +491,7 @@ class AgentSession:
         try:
             since = time.monotonic()
             try:
-                self._send(header, stdin or b"")
+                self._send_raw(agent_mod.pack(header, stdin or b""))
             except PipeClosed:
                 raise self._lost(what) from None
             while done is None:
@@ -479,7 +502,7 @@ class AgentSession:
                 elif kind in ("done", "error"):
                     done = frame
                     if kind == "error":
-                        raise self._remote_error(frame, what)
+                        raise _remote_error(frame, what, self.host)
         except BaseException as exc:
             if done is None and self.alive and not isinstance(exc, ConnectionLost):
                 self.send_kill(rid)  # Ctrl-C or a failing callback: stop the command first
@@ -487,32 +510,7 @@ class AgentSession:
         finally:
             self._unregister(rid)
         out.finish()
-        return self._result(command, done, out, timeout)
-
-    def _result(self, command: str, done: dict, out: _Output, timeout: float | None) -> Result:
-        """The Result of a command from its `done` frame; CommandTimeout when it timed out."""
-        result = Result(
-            command=command,
-            exit_code=int(done["exit"]),
-            stdout=out.text(1),
-            stderr=out.text(2),
-            duration=float(done.get("duration") or 0.0),
-            host=self.host,
-            timed_out=bool(done.get("timed_out")),
-            extra={k: done.get(k) for k in ("signal", "killed", "pid") if done.get(k)},
-        )
-        if result.timed_out:
-            raise CommandTimeout(
-                f"command timed out after {timeout:g}s and its process group was killed: "
-                f"{command}",
-                host=self.host,
-                result=result,
-            )
-        return result
-
-    def kill_all(self) -> None:
-        """Ask the agent to kill every command it runs for us."""
-        self.send_kill(None)
+        return _result(command, done, out, timeout, self.host)
 
 
 class AgentTransport(Transport):
@@ -522,6 +520,9 @@ class AgentTransport(Transport):
     `write_file`, `probe`, `kill_all` and `close` are shared. Several threads may call `run`
     at once (requests are multiplexed); `kill_all()` and `close()` are safe from any thread.
     """
+
+    #: a dry run's connection: the agent writes nothing for itself (make_transport sets it)
+    read_only = False
 
     def __init__(
         self,
@@ -554,7 +555,7 @@ class AgentTransport(Transport):
         return AgentSession(
             pipe, host=self.name, heartbeat=self.heartbeat, dead_after=self.dead_after,
             kill_grace=self.kill_grace, become_mode=self.become_mode,
-            become_password=self.spec.become_password,
+            become_password=self.spec.become_password, read_only=self.read_only,
         )
 
     # ---- shared ------------------------------------------------------------------------------
@@ -571,14 +572,17 @@ class AgentTransport(Transport):
         return dict(s.hello) if s is not None else {}
 
     def connect(self, budget: float | None = None) -> None:
-        """Start the agent (one attempt; SSHTransport retries within the budget)."""
+        """Start the agent (`_start`: one attempt; SSHTransport retries within the budget)."""
         with self._lock:
             if self.connected:
                 return
             self._closing.clear()
             self._closed = False
             self._drop_session()
-            self._session = self._open_session()
+            self._session = self._start(budget)
+
+    def _start(self, budget: float | None) -> AgentSession:
+        return self._open_session()
 
     def _drop_session(self) -> None:
         s, self._session = self._session, None
@@ -694,11 +698,6 @@ class AgentTransport(Transport):
         header, _ = self._call("act", {"name": name, "args": args})
         return header.get("value")
 
-    def ping(self) -> dict[str, Any]:
-        """Round-trip to the agent; returns its pid and clock."""
-        header, _ = self._call("ping", {})
-        return header["value"]
-
     def module_errors(self) -> dict[str, str]:
         """Import every shipped module on the host now (the agent imports each only when one
         of its probes or actions is first called); the import errors by module, {} when all
@@ -709,7 +708,7 @@ class AgentTransport(Transport):
     def kill_all(self) -> None:
         s = self._session
         if s is not None and s.alive:
-            s.kill_all()
+            s.send_kill(None)
 
     def close(self) -> None:
         self._closed = True

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import ConnectError
@@ -66,11 +67,9 @@ class _ProcessPipe:
         if self._closed:
             return
         self._closed = True
-        try:
+        with suppress(OSError):
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # EOF: the agent kills what still runs, then exits
-        except OSError:
-            pass
         try:
             self.proc.wait(wait)
         except subprocess.TimeoutExpired:

@@ -30,6 +30,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,10 @@ def _parsed_known_hosts(path: str) -> paramiko.HostKeys | None:
     return parsed
 
 
+def _known_hosts(spec: HostSpec) -> Path:
+    return Path(os.path.expanduser(spec.known_hosts or "~/.ssh/known_hosts"))
+
+
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """strict: refuse unknown keys. accept-new: append them to the known_hosts file."""
 
@@ -132,6 +137,30 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         self.policy = policy
         self.known_hosts = known_hosts
         self.host = host
+
+    @classmethod
+    def install(cls, conn: Connection, spec: HostSpec, host: str, role: str) -> None:
+        """Hand CONN's client the keys known_hosts has for its host, and SPEC's policy for a
+        key it does not know (HOST: the inventory's name; ROLE: "jump host" for a gateway)."""
+        known = _known_hosts(spec)
+        # paramiko names a host's keys "[host]:port" unless the port is 22, and uses the system
+        # file's keys for a name when it has any, the user's only otherwise (paramiko 5.1
+        # client.py:405-418); only this host's entries are handed to the client
+        name = known_hosts_name(conn.host, conn.port)
+        try:
+            files = [_SYSTEM_KNOWN_HOSTS] if spec.known_hosts is None else []
+            mine = conn.client.get_host_keys()
+            for parsed in (_parsed_known_hosts(p) for p in [*files, str(known)]):
+                keys = parsed.lookup(name) if parsed is not None else None
+                if keys:
+                    for key_type in keys:
+                        mine.add(name, key_type, keys[key_type])
+                    break
+        except Exception as exc:  # noqa: BLE001 - unreadable / malformed file
+            raise ConnectError(f"cannot read known_hosts file {known}: {exc}", host=host,
+                               hint="fix or remove the malformed line") from None
+        label = host if not role else f"{host} ({role} {conn.host})"
+        conn.client.set_missing_host_key_policy(cls(spec.host_key_policy, known, label))
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
                          key: paramiko.PKey) -> None:
@@ -221,17 +250,13 @@ class _ChannelPipe:
     def close(self, wait: float) -> None:
         self._closed = True
         if wait > 0:
-            try:
+            with suppress(Exception):
                 self.chan.shutdown_write()  # EOF to the agent: it kills what runs and exits
                 self.chan.status_event.wait(wait)
-            except Exception:  # noqa: BLE001
-                pass
         self._drain_stderr()
         for closer in [self.chan.close, *(c.client.close for c in self.chain)]:
-            try:
+            with suppress(Exception):  # teardown
                 closer()
-            except Exception:  # noqa: BLE001 - teardown
-                pass
 
     def exit_status(self) -> int | None:
         # paramiko reports -1 for a channel that closed without an exit status: the
@@ -263,10 +288,8 @@ def _as_list(value: Any) -> list[str]:
 
 def _close_chain(chain: list[Connection]) -> None:
     for conn in chain:
-        try:
+        with suppress(Exception):  # teardown
             conn.client.close()
-        except Exception:  # noqa: BLE001 - teardown
-            pass
 
 
 class SSHTransport(AgentTransport):
@@ -300,7 +323,7 @@ class SSHTransport(AgentTransport):
                          kill_grace=kill_grace, become_mode=become_mode)
         self.name = spec.name or spec.address or "host"
         self.on_wait = on_wait
-        self._sleep = sleep if sleep is not None else self._interruptible_sleep
+        self._sleep = sleep if sleep is not None else self._closing.wait
         self.keepalive = keepalive
         self.retry_initial = retry_initial
         self.retry_max = retry_max
@@ -309,57 +332,48 @@ class SSHTransport(AgentTransport):
         self._fabric_config: Config | None = None
 
     # ---- connect with retries ------------------------------------------------------------------
-    def _interruptible_sleep(self, seconds: float) -> None:
-        self._closing.wait(seconds)
-
-    def connect(self, budget: float | None = None) -> None:
+    def _start(self, budget: float | None) -> AgentSession:
         """Connect and start the agent, retrying transient failures for `budget` seconds."""
         budget = self.spec.connect_budget if budget is None else float(budget)
-        with self._lock:
-            if self.connected:
-                return
-            self._closing.clear()
-            self._closed = False
-            self._drop_session()
-            base_wait = _backoff(self.retry_initial, self.retry_max)
+        base_wait = _backoff(self.retry_initial, self.retry_max)
 
-            def wait(rs: RetryCallState) -> float:
-                return min(base_wait(rs), max(0.0, budget - rs.seconds_since_start))
+        def wait(rs: RetryCallState) -> float:
+            return min(base_wait(rs), max(0.0, budget - rs.seconds_since_start))
 
-            retrying = Retrying(
-                stop=stop_after_delay(budget),
-                wait=wait,
-                retry=retry_if_exception_type(TransientConnectError),
-                reraise=True,
-                before_sleep=self._before_sleep,
-                sleep=self._sleep,
-            )
-            started = time.monotonic()
-            session: AgentSession | None = None
-            try:
-                for attempt in retrying:
-                    with attempt:
-                        if self._closing.is_set():
-                            raise TransportError("connect aborted: the transport was closed",
-                                                 host=self.name)
-                        session = self._open_session()
-            except TransientConnectError as exc:
-                attempts = retrying.statistics.get("attempt_number", 1)
-                if attempts <= 1:
-                    raise
-                detail = exc.message.removeprefix(f"{self.name}: ")
-                raise TransientConnectError(
-                    f"{detail} (gave up after {attempts} attempts in "
-                    f"{time.monotonic() - started:.0f}s)",
-                    host=self.name,
-                    hint=exc.hint or "check that the host is up and sshd runs, or raise "
-                    "connect_budget",
-                ) from exc
-            assert session is not None
-            self._session = session
-            log.info("connected", host=self.name, agent_pid=session.hello.get("pid"),
-                     user=session.hello.get("user"), python=session.hello.get("python"),
-                     elapsed=round(time.monotonic() - started, 3))
+        retrying = Retrying(
+            stop=stop_after_delay(budget),
+            wait=wait,
+            retry=retry_if_exception_type(TransientConnectError),
+            reraise=True,
+            before_sleep=self._before_sleep,
+            sleep=self._sleep,
+        )
+        started = time.monotonic()
+        session: AgentSession | None = None
+        try:
+            for attempt in retrying:
+                with attempt:
+                    if self._closing.is_set():
+                        raise TransportError("connect aborted: the transport was closed",
+                                             host=self.name)
+                    session = self._open_session()
+        except TransientConnectError as exc:
+            attempts = retrying.statistics.get("attempt_number", 1)
+            if attempts <= 1:
+                raise
+            detail = exc.message.removeprefix(f"{self.name}: ")
+            raise TransientConnectError(
+                f"{detail} (gave up after {attempts} attempts in "
+                f"{time.monotonic() - started:.0f}s)",
+                host=self.name,
+                hint=exc.hint or "check that the host is up and sshd runs, or raise "
+                "connect_budget",
+            ) from exc
+        assert session is not None
+        log.info("connected", host=self.name, agent_pid=session.hello.get("pid"),
+                 user=session.hello.get("user"), python=session.hello.get("python"),
+                 elapsed=round(time.monotonic() - started, 3))
+        return session
 
     def _before_sleep(self, rs: RetryCallState) -> None:
         exc = rs.outcome.exception() if rs.outcome is not None else None
@@ -372,31 +386,6 @@ class SSHTransport(AgentTransport):
             self.on_wait(rs.attempt_number, elapsed, exc)
 
     # ---- one attempt -------------------------------------------------------------------------
-    def _config(self) -> Config:
-        if self._fabric_config is None:
-            path = self.spec.ssh_config
-            try:
-                if path:
-                    path = os.path.expanduser(path)
-                    if not os.path.isfile(path):
-                        raise ConnectError(
-                            f"ssh_config file {path} does not exist", host=self.name,
-                            hint="fix `ssh_config:` in the inventory, or remove it to use "
-                            "~/.ssh/config",
-                        )
-                    self._fabric_config = Config(runtime_ssh_path=path)
-                else:
-                    self._fabric_config = Config()
-            except TransportError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a broken ssh_config
-                raise ConnectError(f"cannot read the ssh configuration: {exc}",
-                                   host=self.name) from None
-        return self._fabric_config
-
-    def _known_hosts(self) -> Path:
-        return Path(os.path.expanduser(self.spec.known_hosts or "~/.ssh/known_hosts"))
-
     def _connection(self) -> Connection:
         spec = self.spec
         connect_kwargs: dict[str, Any] = {}
@@ -406,17 +395,26 @@ class SSHTransport(AgentTransport):
                 raise ConnectError(f"identity file {key} does not exist", host=self.name,
                                    hint="fix `identity_file:` in the inventory")
             connect_kwargs = {"key_filename": [key], "look_for_keys": False}
+        if self._fabric_config is None:
+            path = os.path.expanduser(spec.ssh_config) if spec.ssh_config else None
+            if path and not os.path.isfile(path):
+                raise ConnectError(f"ssh_config file {path} does not exist", host=self.name,
+                                   hint="fix `ssh_config:` in the inventory, or remove it to "
+                                   "use ~/.ssh/config")
+            try:
+                self._fabric_config = Config(runtime_ssh_path=path) if path else Config()
+            except Exception as exc:  # noqa: BLE001 - a broken ssh_config
+                raise ConnectError(f"cannot read the ssh configuration: {exc}",
+                                   host=self.name) from None
         try:
             return Connection(
                 spec.address or spec.name,
                 user=spec.user,
                 port=spec.port,
-                config=self._config().clone(),
+                config=self._fabric_config.clone(),
                 connect_timeout=int(max(1, spec.connect_timeout)),
                 connect_kwargs=connect_kwargs,
             )
-        except TransportError:
-            raise
         except Exception as exc:  # noqa: BLE001 - bad ProxyJump syntax etc.
             raise ConnectError(f"cannot resolve how to reach the host: {exc}",
                                host=self.name) from None
@@ -433,8 +431,6 @@ class SSHTransport(AgentTransport):
                 chan.set_combine_stderr(False)
                 command = f"exec {shlex.quote(self.python)} -c {shlex.quote(BOOTSTRAP)}"
                 _bounded(lambda: chan.exec_command(command), timeout, tr)
-            except TransportError:
-                raise
             except Exception as exc:  # noqa: BLE001 - translated below
                 raise self._translate(exc, conn, "starting the agent") from None
             pipe = _ChannelPipe(chan, chain, stall=self.dead_after)
@@ -448,14 +444,13 @@ class SSHTransport(AgentTransport):
     def _open_hop(self, conn: Connection, role: str, chain: list[Connection]) -> None:
         chain.append(conn)
         timeout = self.spec.connect_timeout
-        self._prepare_client(conn, role)
+        _HostKeyPolicy.install(conn, self.spec, self.name, role)
         sock: Any = None
         gateway = conn.gateway
         if isinstance(gateway, Connection):
             # a jump host without keys of its own may use the target's (identity_file or the
             # target's IdentityFile); its own ssh_config keys are tried first
-            keys = gateway.connect_kwargs.get("key_filename") or []
-            keys = [keys] if isinstance(keys, str) else list(keys)
+            keys = _as_list(gateway.connect_kwargs.get("key_filename"))
             for key in _as_list(conn.connect_kwargs.get("key_filename")):
                 if key not in keys:
                     keys.append(key)
@@ -492,124 +487,105 @@ class SSHTransport(AgentTransport):
         if self.keepalive:
             conn.transport.set_keepalive(max(1, int(self.keepalive)))
 
-    def _prepare_client(self, conn: Connection, role: str) -> None:
-        client = conn.client
-        known = self._known_hosts()
-        # paramiko names a host's keys "[host]:port" unless the port is 22, and uses the system
-        # file's keys for a name when it has any, the user's only otherwise (paramiko 5.1
-        # client.py:405-418); only this host's entries are handed to the client
-        port = int(conn.port)
-        name = conn.host if port == 22 else f"[{conn.host}]:{port}"
-        try:
-            files = [_SYSTEM_KNOWN_HOSTS] if self.spec.known_hosts is None else []
-            mine = client.get_host_keys()
-            for parsed in (_parsed_known_hosts(p) for p in [*files, str(known)]):
-                keys = parsed.lookup(name) if parsed is not None else None
-                if keys:
-                    for key_type in keys:
-                        mine.add(name, key_type, keys[key_type])
-                    break
-        except Exception as exc:  # noqa: BLE001 - unreadable / malformed file
-            raise ConnectError(f"cannot read known_hosts file {known}: {exc}", host=self.name,
-                               hint="fix or remove the malformed line") from None
-        label = self.name if not role else f"{self.name} ({role} {conn.host})"
-        client.set_missing_host_key_policy(
-            _HostKeyPolicy(self.spec.host_key_policy, known, label))
-
-    # ---- error translation -------------------------------------------------------------------
     def _translate(self, exc: BaseException, conn: Connection, doing: str,
                    role: str = "") -> TransportError:
-        if isinstance(exc, TransportError):
-            return exc
-        where = f"{conn.user}@{conn.host}:{conn.port}"
-        who = f"{role} {where}" if role else where
-        if isinstance(exc, (_UnknownHostKey, BadHostKeyException)):
-            return self._host_key_error(exc, conn, who)
-        auth = self._auth_error(exc, conn, doing, who)
-        return auth if auth is not None else self._network_error(exc, conn, doing, who)
+        return _translate(exc, conn, doing, self.name, _known_hosts(self.spec), role)
 
-    def _host_key_error(self, exc: _UnknownHostKey | BadHostKeyException, conn: Connection,
-                        who: str) -> HostKeyError:
-        known = self._known_hosts()
-        if isinstance(exc, _UnknownHostKey):
-            alg = exc.key.get_name()
-            port = "" if int(conn.port) == 22 else f" -p {conn.port}"
-            keyscan = f"ssh-keyscan -t {alg}{port} {conn.host}"
-            trust = f"`{keyscan} >> {known}`"
-            if isinstance(conn.gateway, Connection):  # not reachable from here directly
-                trust = (f"running `{keyscan}` on the jump host {conn.gateway.host} and "
-                         f"appending its output to {known}")
-            return HostKeyError(
-                f"unknown host key for {who}: {exc.name} is not in {known} "
-                f"(it offers {alg} {fingerprint(exc.key)}); refusing to connect "
-                "(host_key_policy: strict)",
-                host=self.name,
-                hint=f"check the fingerprint on the host (`ssh-keygen -lf "
-                f"/etc/ssh/ssh_host_*_key.pub`), then trust it by {trust}, or set "
-                "`host_key_policy: accept-new` to record it on first use",
-            )
-        name = known_hosts_name(conn.host, conn.port)
+
+def _translate(exc: BaseException, conn: Connection, doing: str, host: str, known: Path,
+               role: str = "") -> TransportError:
+    """paramiko/socket error EXC of DOING on the hop CONN as one of ours (HOST: the host's
+    name in messages; KNOWN: its known_hosts file)."""
+    if isinstance(exc, TransportError):
+        return exc
+    where = f"{conn.user}@{conn.host}:{conn.port}"
+    who = f"{role} {where}" if role else where
+    if isinstance(exc, (_UnknownHostKey, BadHostKeyException)):
+        return _host_key_error(exc, conn, who, host, known)
+    auth = _auth_error(exc, conn, doing, who, host)
+    return auth if auth is not None else _network_error(exc, conn, doing, who, host)
+
+def _host_key_error(exc: _UnknownHostKey | BadHostKeyException, conn: Connection,
+                    who: str, host: str, known: Path) -> HostKeyError:
+    if isinstance(exc, _UnknownHostKey):
+        alg = exc.key.get_name()
+        port = "" if int(conn.port) == 22 else f" -p {conn.port}"
+        keyscan = f"ssh-keyscan -t {alg}{port} {conn.host}"
+        trust = f"`{keyscan} >> {known}`"
+        if isinstance(conn.gateway, Connection):  # not reachable from here directly
+            trust = (f"running `{keyscan}` on the jump host {conn.gateway.host} and "
+                     f"appending its output to {known}")
         return HostKeyError(
-            f"HOST KEY CHANGED for {who}! {known} has {exc.expected_key.get_name()} "
-            f"{fingerprint(exc.expected_key)}, the host now offers "
-            f"{exc.key.get_name()} {fingerprint(exc.key)}. Someone could be intercepting the "
-            "connection (man-in-the-middle), or the host was reinstalled. Refusing to connect.",
-            host=self.name,
-            hint=f"if you know why the key changed, remove the old entry with "
-            f"`ssh-keygen -R '{name}' -f {known}` and add the new one",
+            f"unknown host key for {who}: {exc.name} is not in {known} "
+            f"(it offers {alg} {fingerprint(exc.key)}); refusing to connect "
+            "(host_key_policy: strict)",
+            host=host,
+            hint=f"check the fingerprint on the host (`ssh-keygen -lf "
+            f"/etc/ssh/ssh_host_*_key.pub`), then trust it by {trust}, or set "
+            "`host_key_policy: accept-new` to record it on first use",
         )
+    name = known_hosts_name(conn.host, conn.port)
+    return HostKeyError(
+        f"HOST KEY CHANGED for {who}! {known} has {exc.expected_key.get_name()} "
+        f"{fingerprint(exc.expected_key)}, the host now offers "
+        f"{exc.key.get_name()} {fingerprint(exc.key)}. Someone could be intercepting the "
+        "connection (man-in-the-middle), or the host was reinstalled. Refusing to connect.",
+        host=host,
+        hint=f"if you know why the key changed, remove the old entry with "
+        f"`ssh-keygen -R '{name}' -f {known}` and add the new one",
+    )
 
-    def _auth_error(self, exc: BaseException, conn: Connection, doing: str,
-                    who: str) -> TransportError | None:
-        if isinstance(exc, AuthenticationException) and "transport shut down or saw EOF" in str(
-                exc):
-            # paramiko's words for a connection that died DURING authentication: not a refusal
-            return TransientConnectError(f"{doing} {who}: the connection closed during "
-                                         "authentication", host=self.name)
-        keys = conn.connect_kwargs.get("key_filename") or []
-        tried = ", ".join(keys) if keys else "ssh-agent keys and ~/.ssh/id_*"
-        if isinstance(exc, PasswordRequiredException):
-            return AuthError(
-                f"authentication to {who} failed: the private key is encrypted ({exc})",
-                host=self.name, hint="load the key into ssh-agent, or use an unencrypted key",
-            )
-        if isinstance(exc, AuthenticationException) or (
-            isinstance(exc, SSHException) and "No authentication methods" in str(exc)
-        ):
-            return AuthError(
-                f"authentication to {who} failed as user {conn.user!r} (tried: {tried}): {exc}",
-                host=self.name,
-                hint=f"add the public key to ~{conn.user}/.ssh/authorized_keys on the host "
-                f"(e.g. `ssh-copy-id -i KEY.pub -p {conn.port} {conn.user}@{conn.host}`), or "
-                "set `user:` / `identity_file:` for this host in the inventory",
-            )
-        return None
+def _auth_error(exc: BaseException, conn: Connection, doing: str,
+                who: str, host: str) -> TransportError | None:
+    if isinstance(exc, AuthenticationException) and "transport shut down or saw EOF" in str(
+            exc):
+        # paramiko's words for a connection that died DURING authentication: not a refusal
+        return TransientConnectError(f"{doing} {who}: the connection closed during "
+                                     "authentication", host=host)
+    keys = conn.connect_kwargs.get("key_filename") or []
+    tried = ", ".join(keys) if keys else "ssh-agent keys and ~/.ssh/id_*"
+    if isinstance(exc, PasswordRequiredException):
+        return AuthError(
+            f"authentication to {who} failed: the private key is encrypted ({exc})",
+            host=host, hint="load the key into ssh-agent, or use an unencrypted key",
+        )
+    if isinstance(exc, AuthenticationException) or (
+        isinstance(exc, SSHException) and "No authentication methods" in str(exc)
+    ):
+        return AuthError(
+            f"authentication to {who} failed as user {conn.user!r} (tried: {tried}): {exc}",
+            host=host,
+            hint=f"add the public key to ~{conn.user}/.ssh/authorized_keys on the host "
+            f"(e.g. `ssh-copy-id -i KEY.pub -p {conn.port} {conn.user}@{conn.host}`), or "
+            "set `user:` / `identity_file:` for this host in the inventory",
+        )
+    return None
 
-    def _network_error(self, exc: BaseException, conn: Connection, doing: str,
-                       who: str) -> TransportError:
-        if isinstance(exc, socket.gaierror):
-            if exc.errno == socket.EAI_AGAIN:
-                return TransientConnectError(f"{doing} {who}: name lookup failed "
-                                             f"temporarily ({exc})", host=self.name)
-            return ConnectError(f"{doing} {who}: cannot resolve host name {conn.host!r}",
-                                host=self.name, hint="fix `address:` or the ssh_config HostName")
-        if isinstance(exc, IncompatiblePeer):
-            return ConnectError(f"{doing} {who}: no common SSH algorithms ({exc})",
-                                host=self.name)
-        if isinstance(exc, NoValidConnectionsError):
-            return TransientConnectError(f"{doing} {who}: connection refused", host=self.name)
-        if isinstance(exc, TimeoutError):
-            return TransientConnectError(f"{doing} {who}: timed out", host=self.name)
-        if isinstance(exc, ChannelException):
-            return TransientConnectError(f"{doing} via {who}: {exc.text or exc}", host=self.name)
-        if isinstance(exc, OSError):  # refused, reset, unreachable, ...: the host may be booting
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            return TransientConnectError(f"{doing} {who}: {reason}", host=self.name)
-        if isinstance(exc, (EOFError, SSHException, PipeClosed)):
-            return TransientConnectError(f"{doing} {who}: {exc or type(exc).__name__}",
-                                         host=self.name)
-        return ConnectError(f"{doing} {who}: unexpected {type(exc).__name__}: {exc}",
-                            host=self.name)
+def _network_error(exc: BaseException, conn: Connection, doing: str,
+                   who: str, host: str) -> TransportError:
+    if isinstance(exc, socket.gaierror):
+        if exc.errno == socket.EAI_AGAIN:
+            return TransientConnectError(f"{doing} {who}: name lookup failed "
+                                         f"temporarily ({exc})", host=host)
+        return ConnectError(f"{doing} {who}: cannot resolve host name {conn.host!r}",
+                            host=host, hint="fix `address:` or the ssh_config HostName")
+    if isinstance(exc, IncompatiblePeer):
+        return ConnectError(f"{doing} {who}: no common SSH algorithms ({exc})",
+                            host=host)
+    if isinstance(exc, NoValidConnectionsError):
+        return TransientConnectError(f"{doing} {who}: connection refused", host=host)
+    if isinstance(exc, TimeoutError):
+        return TransientConnectError(f"{doing} {who}: timed out", host=host)
+    if isinstance(exc, ChannelException):
+        return TransientConnectError(f"{doing} via {who}: {exc.text or exc}", host=host)
+    if isinstance(exc, OSError):  # refused, reset, unreachable, ...: the host may be booting
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return TransientConnectError(f"{doing} {who}: {reason}", host=host)
+    if isinstance(exc, (EOFError, SSHException, PipeClosed)):
+        return TransientConnectError(f"{doing} {who}: {exc or type(exc).__name__}",
+                                     host=host)
+    return ConnectError(f"{doing} {who}: unexpected {type(exc).__name__}: {exc}",
+                        host=host)
 
 
 def _bounded(fn: Callable[[], Any], timeout: float, transport: paramiko.Transport) -> Any:

@@ -141,23 +141,25 @@ def test_bootstrap_runs_the_source_it_reads() -> None:
 def test_the_agent_is_compiled_once_per_host(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The bootstrap reads the agent's code from the cache the agent keeps (under the key of
-    agent._cache_path); a cache entry that went bad is compiled and written again."""
-    from orchestrator.remote.agent import _cache_path, encode_source
-    from orchestrator.transports.agent_client import agent_source
+    bootstrap.cache_path); a cache entry that went bad is compiled and written again."""
+    from orchestrator.remote.agent import encode_source, pack
+    from orchestrator.remote.bootstrap import AGENT_FILE, cache_path
+    from orchestrator.transports.agent_client import agent_source, shipped_modules
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     env = dict(os.environ)
     src = agent_source()
-    entry = Path(_cache_path(src, "orchestrator/remote/agent.py"))
-    # the agent starts, finds no init message (stdin ends) and exits; its code is kept
-    _boot(sys.executable, encode_source(src), env)
+    entry = Path(cache_path(src, AGENT_FILE))
+    init = pack({"op": "init", "modules": [list(m) for m in shipped_modules()]})
+    # the agent starts, gets its init, finds no request (stdin ends) and exits; its code is kept
+    _boot(sys.executable, encode_source(src) + init, env)
     assert entry.is_file() and entry.parent == tmp_path / "orchestrator-agent"
     kept = entry.read_bytes()
     entry.write_bytes(b"not marshal data")
-    _boot(sys.executable, encode_source(src), env)
+    _boot(sys.executable, encode_source(src) + init, env)
     assert entry.read_bytes() == kept  # compiled again, and kept again
     stamp = entry.stat().st_mtime_ns
-    _boot(sys.executable, encode_source(src), env)
+    _boot(sys.executable, encode_source(src) + init, env)
     assert entry.stat().st_mtime_ns == stamp  # read from the cache: not written
     # a program that is not the agent runs too (nothing is kept for it)
     r = _boot(sys.executable, encode_source(FAKE_AGENT), env)

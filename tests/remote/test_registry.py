@@ -57,18 +57,15 @@ def test_shipped_modules_import_each_other_in_any_order() -> None:
         "import sys, json\n"
         f"sys.path.insert(0, {str(REMOTE)!r})\n"
         "import agent\n"
-        "a = agent.Agent.__new__(agent.Agent)\n"
-        "import threading\n"
-        "a.probes, a.actions, a.module_errors = {}, {}, {}\n"
-        "a.lazy_probes, a.lazy_actions, a.import_lock = {}, {}, threading.Lock()\n"
-        "a.load_modules(json.loads(sys.stdin.read()))\n"
-        "lazy = sorted(n for n in a.names('probe') if n not in a.probes)\n"
+        "a = agent.ShippedModules(json.loads(sys.stdin.read()))\n"
+        "a.install()\n"
+        "lazy = sorted(n for n in a.names('probe') if n not in a.tables['probe'])\n"
         "loaded_at_start = sorted(m for m in sys.modules if m.startswith('orchestrator.remote.'))\n"
         "errors = a.load_all()\n"
         "from orchestrator.remote.probes import module_source\n"
         "import orchestrator.remote.server as s\n"
         "assert s.__file__ == 'orchestrator/remote/server.py'\n"
-        "print(json.dumps([errors, sorted(a.probes), sorted(a.actions),\n"
+        "print(json.dumps([errors, sorted(a.tables['probe']), sorted(a.tables['action']),\n"
         "                  module_source('supervisor'), lazy, loaded_at_start,\n"
         "                  a.names('probe'), a.names('action')]))\n")
     import json
@@ -82,8 +79,9 @@ def test_shipped_modules_import_each_other_in_any_order() -> None:
     assert errors == {}
     assert set(changes) == CHANGING and "server_status" in reads
     assert sup == source("supervisor")
-    # only the registry is imported at start; the rest when first called (or by load_all)
-    assert at_start == ["orchestrator.remote.probes"]
+    # only the registry (and the bootstrap: the code cache's checks) is imported at start;
+    # the rest when first called (or by load_all)
+    assert at_start == ["orchestrator.remote.bootstrap", "orchestrator.remote.probes"]
     assert "gpu_facts" in lazy and "python" not in lazy
     # the names read from the modules' text are exactly the ones they register
     assert named_reads == sorted(reads) and named_changes == sorted(changes)
