@@ -37,9 +37,9 @@ from orchestrator.host import Host
 from orchestrator.plan import RenderedPlan
 from orchestrator.redact import REDACTOR, Redactor
 from orchestrator.runner import Outcome, Runner, RunOptions, TransportFactory
-from orchestrator.sglang.router import RouterApi
 from orchestrator.stages.base import inventory_groups
 from orchestrator.stages.sglang_router import SGLangRouter, worker_urls
+from orchestrator.stages.sglang_router.api import RouterApi
 from orchestrator.transports import make_transport
 
 log = structlog.get_logger("orchestrator.rolling")

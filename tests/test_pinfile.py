@@ -14,8 +14,8 @@ import structlog
 from orchestrator.config.model import StageSpec
 from orchestrator.errors import ConfigError, PreflightError
 from orchestrator.pinfile import LOCK_VERSION, build_pin, drift_lines, load_pin, write_pin
-from orchestrator.stages._pinning import arg_changes, bind_scope, launch_pin, placeholders
 from orchestrator.stages.base import Needed, StageContext
+from orchestrator.stages.pin import arg_changes, bind_scope, launch_pin, placeholders
 from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage
 
 COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
@@ -209,7 +209,7 @@ def test_a_stage_missing_from_the_lock_is_refused() -> None:
 
 
 def test_drift_reason_under_a_dry_run() -> None:
-    from orchestrator.stages._pinning import refuse
+    from orchestrator.stages.pin import refuse
 
     verdict = refuse(_ctx({"versions": {}}, dry_run=True), "x differs")
     assert isinstance(verdict, Needed)

@@ -62,8 +62,8 @@ from orchestrator.facts.programs import last_json_line
 from orchestrator.facts.pyenv import INTERPRETER_VARS, VenvInventory, venv_of
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
-from orchestrator.stages._pinning import missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import missing_entry, refuse
 
 QUICK = 120.0
 

@@ -59,8 +59,8 @@ from orchestrator.facts.pyenv import (
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
-from orchestrator.stages._pinning import differs, missing_entry
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import differs, missing_entry
 
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout
 QUICK = 120.0

@@ -23,12 +23,13 @@ from orchestrator.facts.hardware import GpuHealth, GpuUser
 from orchestrator.facts.http import HttpAnswer
 from orchestrator.facts.server import ExitRecord, Listener, PidFile, ServerStatus, SystemdInfo
 from orchestrator.service import LaunchRecord, ServiceTarget, status_row
-from orchestrator.sglang import ready_rules, server_rules
-from orchestrator.sglang.layout import ServerLayout
-from orchestrator.sglang.ready_rules import ReadyMarker
-from orchestrator.sglang.server_change import launch_spec
-from orchestrator.sglang.server_host import Desired, launch_gpus
 from orchestrator.stages.sglang_server import SGLangServerParams
+from orchestrator.stages.sglang_server import rules as server_rules
+from orchestrator.stages.sglang_server.change import launch_spec
+from orchestrator.stages.sglang_server.layout import ServerLayout
+from orchestrator.stages.sglang_server.reads import Desired, launch_gpus
+from orchestrator.stages.wait_ready import rules as ready_rules
+from orchestrator.stages.wait_ready.rules import ReadyMarker
 
 HERE = Path(__file__).resolve().parent / "sglang_rules"
 FACTS = Path(__file__).resolve().parents[1] / "facts"

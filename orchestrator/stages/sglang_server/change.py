@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.errors import StageError
 from orchestrator.facts.server import (
@@ -18,12 +18,10 @@ from orchestrator.facts.server import (
 from orchestrator.host import Host
 from orchestrator.remote import source
 from orchestrator.sglang import launch
-from orchestrator.sglang.layout import ServerLayout
-from orchestrator.sglang.server_host import Desired
-from orchestrator.sglang.server_rules import describe_foreign, fmt_cmd
-
-if TYPE_CHECKING:  # stages import this module: no cycle at run time
-    from orchestrator.stages.base import StageContext
+from orchestrator.stages.base import StageContext
+from orchestrator.stages.sglang_server.layout import ServerLayout
+from orchestrator.stages.sglang_server.reads import Desired
+from orchestrator.stages.sglang_server.rules import describe_foreign, fmt_cmd
 
 
 def indent(text: str, prefix: str = "    ") -> str:

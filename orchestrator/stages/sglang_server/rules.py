@@ -1,4 +1,5 @@
-"""Pure rules of the `sglang_server` stage: typed facts and parameters in, a decision out.
+"""Pure rules of the `sglang_server` stage (and the router's, which runs under the same
+supervisor): typed facts and parameters in, a decision out.
 
 No host is touched here; tests/stages/sglang_rules/*.json drive these from tables.
 """
@@ -137,7 +138,7 @@ def launch_mode(systemd: str, info: SystemdInfo | None) -> str:
 
 def lock_drift(entry: dict[str, Any], locked: dict[str, Any]) -> list[str]:
     """How this launch differs from the locked one: args, bind, environment (not the version)."""
-    from orchestrator.stages._pinning import arg_changes  # stages import this module
+    from orchestrator.stages.pin import arg_changes  # stages import this module
 
     drift = []
     if entry["args"] != locked.get("args"):

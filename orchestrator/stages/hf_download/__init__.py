@@ -71,8 +71,8 @@ from orchestrator.facts.downloads import (
 from orchestrator.facts.programs import marked_result
 from orchestrator.host import Host
 from orchestrator.remote import source as remote_source
-from orchestrator.stages._pinning import differs, missing_entry, refuse, short
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import differs, missing_entry, refuse, short
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 MANIFEST = ".orchestrator/manifest.json"

@@ -31,7 +31,7 @@ through the `server_start` action).
 verify, bounded by `ready_timeout`: the router's /health answers, GET /workers lists every
 worker URL healthy, then a chat completion through the router answers 200; a router that exited
 fails at once, with its log. What the router does is read from its real code (cited in
-orchestrator/sglang/router.py).
+orchestrator/sglang/router.py); the calls of its API are this package's api.py.
 """
 
 from __future__ import annotations
@@ -52,11 +52,12 @@ from orchestrator.facts.server import ServerStart, ServerStatus
 from orchestrator.host import Host
 from orchestrator.remote import source
 from orchestrator.sglang import router as rt
-from orchestrator.sglang import server_change as change
-from orchestrator.sglang import server_rules as rules
-from orchestrator.sglang.layout import ServerLayout, local_url
-from orchestrator.stages._pinning import bind_scope, differs, missing_entry
+from orchestrator.sglang.api import local_url
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import bind_scope, differs, missing_entry
+from orchestrator.stages.sglang_router.api import RouterApi
+from orchestrator.stages.sglang_server import change, rules
+from orchestrator.stages.sglang_server.layout import ServerLayout
 
 #: the installed router's own argument check, run by the venv's python (a real module, shipped)
 _CHECK_SCRIPT = source("router_check")
@@ -84,7 +85,7 @@ class SGLangRouterParams(Params):
                                  "replica's in-flight requests after it left the router")
     native_check: bool = Field(True, description="run the installed router's own argument "
                                "parsing before a launch (before the old router is stopped)")
-    #: server_change's helpers read these (the router never takes a foreign port over)
+    #: sglang_server's change helpers read these (the router never takes a foreign port over)
     stop_stale: bool = False
 
     @field_validator("ready_timeout", "poll_interval", "stop_timeout", "drain_timeout",
@@ -144,9 +145,9 @@ class SGLangRouter(Stage, kind="sglang_router"):
         """Inventory host (or URL) -> worker URL."""
         return worker_urls(self.params, ctx.inventory_groups, ctx.inventory_hosts)
 
-    def api(self, host: Host) -> rt.RouterApi:
+    def api(self, host: Host) -> RouterApi:
         """The router's API, from its own host."""
-        return rt.RouterApi(host, local_url(self.params.host, self.params.port))
+        return RouterApi(host, local_url(self.params.host, self.params.port))
 
     def _desired(self, host: Host, ctx: StageContext) -> tuple[list[str], dict[str, Any]]:
         p = self.params
@@ -271,7 +272,7 @@ class SGLangRouter(Stage, kind="sglang_router"):
                          f"{p.ready_timeout:.0f}s: {why}",
                          hint=f"see the router's log {self._layout.log} and the workers")
 
-    def _not_ready(self, api: rt.RouterApi, want: set[str]) -> str | None:
+    def _not_ready(self, api: RouterApi, want: set[str]) -> str | None:
         """Why the router does not serve yet (None: it does)."""
         health = api.health()
         if not health.ok:
