@@ -675,9 +675,9 @@ class Runner:
             secrets=self.redactor.values, env=node.env, open_host=open_host,
             inventory_hosts=dict(self.plan.inventory.hosts), cancelled=self._cancel,
             inventory_groups=inventory_groups(self.plan.inventory),
-            # a stage the lock has no entry for gets {}: kinds that lock refuse it
-            locked=self.options.locked.get("stages", {}).get(sid, {})
-            if self.options.locked is not None else None,
+            # the stage's entry of the pin, typed by its kind (NoPin: none; kinds that pin refuse)
+            pin=self.options.pin.entry(sid, self._stages[(host, sid)].Pin)
+            if self.options.pin is not None else None,
         )
         return h, ctx, opened
 

@@ -46,40 +46,146 @@ every other node must reach it (probe `tcp_port`; no answer is asked again for u
 node rank >= 1 whose node 0 no longer listens there is launched again: one rank dying ends the
 group in real SGLang, so after either box reboots the whole group restarts.
 
-Lock file fact "lock": {sglang_version, args (host paths as <model_path>, <draft_model_path>,
-<state_dir>, <cache_dir>; --host as <host>, --port kept), bind (loopback/all/address), env (names
-and a sha256 of the values)}. Under `deploy --locked` a launch whose args, bind, env or SGLang
-version differ from the lock is refused in check, before anything is stopped or started (under
-`plan --locked`: a "drift: ..." reason). The API key is not part of the lock (per environment).
+The pin (fact "pin", rules.py ServerPin): {sglang_version, args (host paths as <model_path>,
+<draft_model_path>, <state_dir>, <cache_dir>; --host as <host>, --port kept), bind
+(loopback/all/address), env (names and a sha256 of the values)}. Under `deploy --locked` a launch
+whose args, bind, env or SGLang version differ from the pin is refused in check, before anything
+is stopped or started (under `plan --locked`: a "drift: ..." reason). The API key is not pinned
+(per environment).
 
 Where the parts live: typed facts in orchestrator/facts/ (ServerStatus, SystemdInfo, GpuHealth,
-VenvVersions); in this package the parameters (params.py), the other host reads (reads.py), the
-pure rules (rules.py, tested from tests/stages/sglang_rules/*.json), the change (change.py) and
-the state dir's files (layout.py); what SGLang itself does in orchestrator/sglang/.
+VenvVersions); in this package the other host reads (reads.py), the pure rules and the pin
+(rules.py, tested from tests/stages/sglang_rules/*.json), the change (change.py) and the state
+dir's files (layout.py); what SGLang itself does in orchestrator/sglang/.
 check() returns Needed(reason, plan=LaunchPlan) and apply() receives that plan.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field, field_validator
+
+from orchestrator.config.model import parse_duration
 from orchestrator.errors import PreflightError, StageError
 from orchestrator.facts.hardware import GpuHealth
 from orchestrator.facts.server import ServerStatus, SystemdInfo
 from orchestrator.facts.venv import VenvVersions
 from orchestrator.host import Host
 from orchestrator.sglang import launch
-from orchestrator.sglang.multinode import NodeGroup, node_group
+from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT
+from orchestrator.sglang.multinode import DEFAULT_DIST_INIT_PORT, NodeGroup, node_group
 from orchestrator.sglang.preflight import Report
-from orchestrator.stages.base import CheckResult, Converged, Needed, Stage, StageContext
-from orchestrator.stages.pin import launch_pin, missing_entry, refuse
+from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import pinned, refuse
 from orchestrator.stages.sglang_server import change, rules
 from orchestrator.stages.sglang_server import reads as facts
 from orchestrator.stages.sglang_server.layout import ServerLayout
-from orchestrator.stages.sglang_server.params import SGLangServerParams, SpeculativeParams
 from orchestrator.stages.sglang_server.reads import Desired
+from orchestrator.stages.sglang_server.rules import ServerPin, launch_pin, pin_drift, version_drift
+
+
+class SpeculativeParams(Params):
+    """Speculative decoding settings (`--speculative-*`)."""
+
+    algorithm: str | None = Field(None, description="EAGLE3, EAGLE, NEXTN, STANDALONE, NGRAM, "
+                                  "DFLASH (0.5.15+), or null for none")
+    num_steps: int | None = Field(None, ge=1, description="--speculative-num-steps")
+    eagle_topk: int | None = Field(None, ge=1, description="--speculative-eagle-topk")
+    num_draft_tokens: int | None = Field(None, ge=1,
+                                         description="--speculative-num-draft-tokens")
+    draft_model_revision: str | None = Field(
+        None, description="--speculative-draft-model-revision (SGLang uses 'main' when unset)")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.strip().upper() if isinstance(v, str) and v.strip() else (None if v == "" else v)
+
+
+class SGLangServerParams(Params):
+    """Parameters of the sglang_server kind."""
+
+    python: str = Field(description="the venv's python (has sglang installed)")
+    model_path: str = Field(description="target checkpoint directory on the host")
+    draft_model_path: str | None = Field(None, description="drafter directory (EAGLE-3)")
+    tp: int = Field(1, ge=1, description="--tp-size")
+    speculative: SpeculativeParams | None = None
+    host: str = Field(DEFAULT_HOST, description="--host (address the API binds)")
+    port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="--port")
+    served_model_name: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1)
+    context_length: int | None = Field(None, ge=1)
+    max_running_requests: int | None = Field(None, ge=1)
+    kv_cache_dtype: str | None = None
+    attention_backend: str | None = None
+    quantization: str | None = None
+    trust_remote_code: bool = Field(False, description="--trust-remote-code")
+    api_key: str | None = Field(None, description="SECRET: --api-key, passed through a 0600 "
+                                "file read in-process, never argv")
+    enable_metrics: bool = True
+    log_level: str | None = None
+    extra_args: list[str] = Field(default_factory=list,
+                                  description="more server arguments, checked like the rest")
+    nodes: list[str] = Field(default_factory=list, description="multi-node TP: the group's "
+                             "inventory hosts in node-rank order, e.g. \"{{ groups.gpu }}\"; "
+                             "empty or one name = a single-node server")
+    dist_init_addr: str | None = Field(None, description="--dist-init-addr HOST:PORT (default: "
+                                       "node 0's inventory address and dist_init_port)")
+    dist_init_port: int = Field(DEFAULT_DIST_INIT_PORT, ge=1, le=65535,
+                                description="port of node 0's torch.distributed store")
+    dist_timeout: int | None = Field(None, ge=1, description="--dist-timeout seconds (SGLang: "
+                                     "torch's 30 minutes when unset)")
+    dist_init_wait: float = Field(300.0, description="how long a node rank >= 1 waits for node "
+                                  "0's dist-init address to answer (its box may be rebooting) "
+                                  "before the launch is refused")
+    env: dict[str, str] = Field(default_factory=dict, description="server environment, e.g. "
+                                "NCCL_P2P_LEVEL, NCCL_GRAPH_FILE")
+    cache_dir: str | None = Field(None, description="persistent JIT caches (Triton, inductor, "
+                                  "FlashInfer); default STATE_DIR/cache")
+    state_dir: str = Field(description="pid file, log, fingerprint, launch spec, key file")
+    stop_stale: bool = Field(False, description="stop a foreign process holding the port")
+    systemd: Literal["auto", "never", "always"] = "auto"
+    unit_name: str = Field("orchestrator-sglang", pattern=r"^[A-Za-z0-9:_.@-]+$",
+                           description="systemd unit (a name: it goes under /etc/systemd/system)")
+    autostart: bool = Field(False, description="enable the systemd unit (start at boot)")
+    preflight: Literal["enforce", "warn", "off"] = "enforce"
+    native_check: bool = Field(True, description="run SGLang's own argument validation in the "
+                               "venv before launching (where SGLang and torch import)")
+    check_timeout: float = Field(120.0, description="limit for SGLang's own validation")
+    stop_timeout: float = Field(60.0, description="SIGTERM grace before SIGKILL")
+    verify_window: float = Field(5.0, description="how long verify watches the new process")
+    restart_unhealthy_after: float = Field(
+        3600.0, description="a same-fingerprint server still not healthy this long after its "
+        "start is restarted")
+
+    @field_validator("check_timeout", "stop_timeout", "verify_window", "restart_unhealthy_after",
+                     "dist_init_wait", mode="before")
+    @classmethod
+    def _dur(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): (("true" if x else "false") if isinstance(x, bool) else str(x))
+                    for k, x in v.items()}
+        return v
+
+    @field_validator("extra_args", mode="before")
+    @classmethod
+    def _args(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return shlex.split(v)
+        if isinstance(v, list):
+            return [str(x) for x in v]
+        return v
 
 
 @dataclass(frozen=True)
@@ -101,6 +207,7 @@ class SGLangServer(Stage, kind="sglang_server"):
 
     Params = SGLangServerParams
     params: SGLangServerParams
+    Pin = ServerPin
 
     # ------------------------------------------------------------------ facts
     @property
@@ -130,9 +237,9 @@ class SGLangServer(Stage, kind="sglang_server"):
         return rules.launch_mode(p.systemd, info)
 
     # ------------------------------------------------------------------ deploy --locked
-    def _lock_entry(self, desired: Desired, venv: VenvVersions) -> dict[str, Any]:
-        """The "lock" fact: SGLang version, launch args and env (names + hash), host paths
-        replaced by placeholders and --host by <host> (orchestrator.stages.pin)."""
+    def _pin(self, desired: Desired, venv: VenvVersions) -> ServerPin:
+        """This launch's pin: SGLang version, launch args and env (names + hash), host paths
+        replaced by placeholders and --host by <host> (rules.py)."""
         p = self.params
         paths = {"model_path": p.model_path, "draft_model_path": p.draft_model_path,
                  "state_dir": p.state_dir, "cache_dir": p.cache_dir or self._layout.cache,
@@ -140,17 +247,15 @@ class SGLangServer(Stage, kind="sglang_server"):
         return launch_pin(desired.args, desired.env, paths, venv.sglang)
 
     @staticmethod
-    def _check_locked(ctx: StageContext, entry: dict[str, Any]) -> Needed | None:
-        """Refuse (dry run: report) a launch that differs from the locked one."""
-        verdict = missing_entry(ctx)
-        if verdict is not None:
-            return verdict
-        locked = ctx.locked or {}
-        drift = rules.lock_drift(entry, locked)
+    def _check_pin(ctx: StageContext, entry: ServerPin) -> Needed | None:
+        """Under --locked: refuse (dry run: report) a launch that differs from the pinned one."""
+        pin = pinned(ctx, ServerPin)
+        if not isinstance(pin, ServerPin):
+            return pin
+        drift = pin_drift(entry, pin)
         if drift:
             return refuse(ctx, "; ".join(drift))
-        version = rules.version_drift(entry["sglang_version"], locked.get("sglang_version"),
-                                      dry_run=ctx.dry_run)
+        version = version_drift(entry.sglang_version, pin.sglang_version, dry_run=ctx.dry_run)
         if version is None:
             return None
         kind, message = version
@@ -164,12 +269,11 @@ class SGLangServer(Stage, kind="sglang_server"):
         status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
         venv = facts.venv_versions(host, p.python, p.check_timeout)
         desired = self._desired(host, venv, self._group(host, ctx))
-        entry = self._lock_entry(desired, venv)
-        ctx.record("lock", entry)
-        if ctx.locked is not None:
-            locked = self._check_locked(ctx, entry)
-            if locked is not None:
-                return locked
+        entry = self._pin(desired, venv)
+        ctx.record("pin", entry.to_json())
+        refused = self._check_pin(ctx, entry)
+        if refused is not None:
+            return refused
         gpu = self._check_stale(host, ctx, status)
         verdict = rules.server_verdict(status, desired.fingerprint, port=p.port,
                                        restart_after=p.restart_unhealthy_after)

@@ -120,13 +120,13 @@ def write_launch_files(host: Host, p: Any, desired: Desired, mode: str) -> None:
                     mode=0o600)
 
 
-def start_background(host: Host, p: Any) -> PidFile | None:
-    """The supervisor in its own session (the agent's `server_start`)."""
+def start_background(host: Host, p: Any, what: str = "server") -> PidFile | None:
+    """The supervisor of the server (or the router) in its own session (`server_start`)."""
     res = ServerStart.from_answer(host.act("server_start", state_dir=p.state_dir,
                                       python=p.python))
     if res.error is not None:
         tail = "\n".join(res.log_tail) or res.stderr or ""
-        raise StageError(f"the server could not be started: {res.error}"
+        raise StageError(f"the {what} could not be started: {res.error}"
                          + (f"\n  last log lines:\n{indent(tail)}" if tail else ""))
     return res.pidfile
 
