@@ -81,8 +81,7 @@ from orchestrator.sglang.multinode import DEFAULT_DIST_INIT_PORT, NodeGroup, nod
 from orchestrator.sglang.preflight import Report
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 from orchestrator.stages.pin import pinned, refuse
-from orchestrator.stages.sglang_server import change, rules
-from orchestrator.stages.sglang_server import reads as facts
+from orchestrator.stages.sglang_server import change, reads, rules
 from orchestrator.stages.sglang_server.layout import ServerLayout
 from orchestrator.stages.sglang_server.reads import Desired
 from orchestrator.stages.sglang_server.rules import ServerPin, launch_pin, pin_drift, version_drift
@@ -225,8 +224,8 @@ class SGLangServer(Stage, kind="sglang_server"):
         env = launch.launch_env(p.cache_dir or self._layout.cache, p.env)
         fp = launch.fingerprint(
             args, env, sglang_version=venv.sglang,
-            model_identity=facts.identity(host, p.model_path) or "missing",
-            draft_identity=facts.identity(host, p.draft_model_path),
+            model_identity=reads.identity(host, p.model_path) or "missing",
+            draft_identity=reads.identity(host, p.draft_model_path),
             api_key=p.api_key, python=p.python,
         )
         return Desired(args, env, fp, group)
@@ -267,7 +266,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         (the plan apply() receives), after the preflight refused what cannot work."""
         p = self.params
         status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
-        venv = facts.venv_versions(host, p.python, p.check_timeout)
+        venv = reads.venv_versions(host, p.python, p.check_timeout)
         desired = self._desired(host, venv, self._group(host, ctx))
         entry = self._pin(desired, venv)
         ctx.record("pin", entry.to_json())
@@ -277,7 +276,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         gpu = self._check_stale(host, ctx, status)
         verdict = rules.server_verdict(status, desired.fingerprint, port=p.port,
                                        restart_after=p.restart_unhealthy_after)
-        broken = facts.group_broken(host, desired.group) if verdict.converged else None
+        broken = reads.group_broken(host, desired.group) if verdict.converged else None
         if verdict.converged and broken is None:
             return Converged(verdict.reason)
         return self._needed(host, ctx, broken or verdict.reason, status, desired, venv, gpu)
@@ -309,7 +308,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         report = None
         if p.preflight != "off":
             if ctx.dry_run and (not venv.sglang or
-                                facts.read_config(host, p.model_path) is None):
+                                reads.read_config(host, p.model_path) is None):
                 return Needed(reason + "; preflight deferred: the venv or the checkpoint is not "
                               "there yet (earlier stages would install it)")
             gpu = gpu or host.fact(GpuHealth)
@@ -324,9 +323,9 @@ class SGLangServer(Stage, kind="sglang_server"):
     def _preflight(self, host: Host, ctx: StageContext, desired: Desired, venv: VenvVersions,
                    gpu: GpuHealth, mode: str) -> Report:
         p = self.params
-        report = facts.preflight(host, ctx, p, desired, venv, gpu, mode)
+        report = reads.preflight(host, ctx, p, desired, venv, gpu, mode)
         if desired.group is not None:
-            facts.check_group(host, ctx, desired.group, report, p.dist_init_wait)
+            reads.check_group(host, ctx, desired.group, report, p.dist_init_wait)
         if report.problems and p.preflight == "enforce":
             report.raise_if_problems()
         for prob in report.problems:
