@@ -31,7 +31,7 @@ from orchestrator.events import (
 )
 from orchestrator.logs import configure, get_logger
 from orchestrator.options import RunOptions
-from orchestrator.pinfile import build_pin, load_pin, write_pin
+from orchestrator.pinfile import PinFile, build_pin, load_pin, write_pin
 from orchestrator.plan import (
     Plan,
     RenderedPlan,
@@ -63,8 +63,8 @@ class DeployStart:
     nodes: int
     dry_run: bool
     run_dir: Path
-    #: the --locked file comes from a deploy that did not complete
-    lock_incomplete: bool = False
+    #: the pin file (--locked) comes from a deploy that did not complete
+    pin_incomplete: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ class DeployOutcome:
         return self.run_dir / "events.jsonl"
 
     @property
-    def lock_path(self) -> Path | None:
-        """runs/<id>/deploy.lock.json, when the deploy wrote one."""
+    def pin_path(self) -> Path | None:
+        """The pin file runs/<id>/deploy.lock.json, when the deploy wrote one."""
         path = self.run_dir / "deploy.lock.json"
         return path if path.exists() else None
 
@@ -120,9 +120,9 @@ class _Session:
         """Write summary.json and the pin file, close events.jsonl, link runs/latest."""
         self.record.finish(exit_code)
         self.record.write(self.dir / "summary.json")
-        lock = build_pin(self.record.summary)
-        if not self.dry_run and lock["stages"]:
-            write_pin(REDACTOR.redact(lock), self.dir / "deploy.lock.json")
+        pin = build_pin(self.record.summary)
+        if not self.dry_run and pin.stages:
+            write_pin(REDACTOR.redact(pin.to_json()), self.dir / "deploy.lock.json")
         self.writer.close()
         configure(None)
         _link_latest(self.base, self.run_id)
@@ -135,7 +135,7 @@ def deploy(
     cli_vars: dict[str, Any] | None = None,
     selection: Selection | None = None,
     options: RunOptions | None = None,
-    locked_path: str | os.PathLike[str] | None = None,
+    pin_path: str | os.PathLike[str] | None = None,
     run_dir: str | os.PathLike[str] = "runs",
     handlers: Sequence[EventHandler] = (),
     verbose: bool = False,
@@ -145,7 +145,7 @@ def deploy(
 ) -> DeployOutcome:
     """Run a playbook on an inventory's hosts; the run record goes to `run_dir/<run-id>/`.
 
-    `options.dry_run` makes it a plan (checks only). `locked_path` is a deploy.lock.json to
+    `options.dry_run` makes it a plan (checks only). `pin_path` is the pin (a deploy.lock.json) to
     hold the deploy to. Bad input raises ConfigError/PlanError (exit 2) before any host is
     touched; Ctrl-C (KeyboardInterrupt) and our errors still write the run record, then raise.
     `rolling` makes it a rolling redeploy of the replicas behind the playbook's sglang_router
@@ -172,14 +172,14 @@ def deploy(
             cache = PlanCache.for_run(run_dir, playbook_path, inventory_path, cli_vars, selection)
         prepared = _Prepared(cache)
         plan = prepared.plan(str(playbook_path), str(inventory_path), cli_vars, selection)
-        locked = load_pin(locked_path) if locked_path else None
-        if locked is not None:
-            options = replace(options, locked=locked)
+        pin = load_pin(pin_path) if pin_path else None
+        if pin is not None:
+            options = replace(options, pin=pin)
         session = _Session(Path(run_dir), str(playbook_path), str(inventory_path),
                            options.dry_run, handlers, verbose)
         exit_code = Interrupted.exit_code
         try:
-            exit_code = _run(plan, prepared, session, cli_vars, options, locked, on_start,
+            exit_code = _run(plan, prepared, session, cli_vars, options, pin, on_start,
                              rolling, early)
         except OrchestratorError as exc:  # e.g. a ConfigError found rendering: not a Ctrl-C
             exit_code = exc.exit_code
@@ -232,7 +232,7 @@ class _Prepared:
 
 
 def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str, Any],
-         options: RunOptions, locked: dict[str, Any] | None,
+         options: RunOptions, pin: PinFile | None,
          on_start: Callable[[DeployStart], None] | None,
          rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
     from orchestrator.run.parallel import ParallelRun
@@ -253,7 +253,7 @@ def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str,
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),
             nodes=plan.node_count, dry_run=options.dry_run, run_dir=session.dir,
-            lock_incomplete=locked is not None and not locked.get("complete", True)))
+            pin_incomplete=pin is not None and not pin.complete))
     return runner.run().exit_code
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.pinfile import PinFile
 
 
 @dataclass
@@ -20,7 +23,8 @@ class RunOptions:
     wait_for_host: float = 10.0
     #: take nothing on trust from earlier runs (hf_download hashes every file again)
     verify: bool = False
-    locked: dict[str, Any] | None = None
+    #: `--locked PINFILE`: the pin every stage is held to
+    pin: PinFile | None = None
     sleep: Callable[[float], None] = time.sleep
     #: open the first hosts' connections while the run is still being prepared (preconnect)
     preconnect: bool = True

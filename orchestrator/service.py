@@ -36,7 +36,8 @@ from orchestrator.facts.server import ServerStatus, ServerStop
 from orchestrator.host import Host
 from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
-from orchestrator.sglang.layout import DEFAULT_HOST, DEFAULT_PORT, ServerLayout, local_url
+from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT, local_url
+from orchestrator.stages.sglang_server.layout import ServerLayout
 from orchestrator.transports import make_transport
 from orchestrator.transports.base import Transport
 

@@ -1,6 +1,6 @@
 """Pin files (deploy.lock.json) without a host: build_pin over run records, load_pin errors,
-the drift section, the launch normalization of sglang_server and pip_install's pinning under
---locked."""
+the typed pins handed to the stages, the drift section, the launch normalization of
+sglang_server and pip_install's pinning under --locked."""
 
 from __future__ import annotations
 
@@ -13,10 +13,23 @@ import structlog
 
 from orchestrator.config.model import StageSpec
 from orchestrator.errors import ConfigError, PreflightError
-from orchestrator.pinfile import LOCK_VERSION, build_pin, drift_lines, load_pin, write_pin
-from orchestrator.stages._pinning import arg_changes, bind_scope, launch_pin, placeholders
+from orchestrator.pinfile import (
+    PIN_VERSION,
+    NoPin,
+    PinFile,
+    StagePin,
+    build_pin,
+    drift_lines,
+    load_pin,
+    write_pin,
+)
 from orchestrator.stages.base import Needed, StageContext
-from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage
+from orchestrator.stages.hf_download.rules import HfPin
+from orchestrator.stages.pin import arg_changes, bind_scope, pinned, placeholders, refuse
+from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage, PipPin
+from orchestrator.stages.python_venv import VenvPin
+from orchestrator.stages.sglang_router import RouterPin
+from orchestrator.stages.sglang_server.rules import ServerPin, launch_pin
 from orchestrator.summary import RunSummary
 
 COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
@@ -26,8 +39,8 @@ def _host(stages: dict[str, tuple[str, dict[str, Any] | None]]) -> dict[str, Any
     return {
         "status": "ok",
         "stages": {sid: {"status": status} for sid, (status, _) in stages.items()},
-        "facts": {sid: ({"lock": lock, "other": 1} if lock is not None else {"other": 1})
-                  for sid, (_, lock) in stages.items()},
+        "facts": {sid: ({"pin": pin, "other": 1} if pin is not None else {"other": 1})
+                  for sid, (_, pin) in stages.items()},
     }
 
 
@@ -44,8 +57,8 @@ def test_build_pin_keeps_what_every_host_agreed_on() -> None:
                         "health": ("ok", None)}),
         "gpu-2": _host({"drafter": ("ok", dict(drafter)), "venv": ("changed", venv)}),
     })
-    lock = build_pin(rec)
-    assert lock["lock_version"] == LOCK_VERSION and lock["run_id"] == "r1"
+    lock = build_pin(rec).to_json()
+    assert lock["lock_version"] == PIN_VERSION and lock["run_id"] == "r1"
     assert lock["stages"] == {"drafter": drafter, "venv": venv}
     assert lock["disagreements"] == []
     assert set(lock["hosts"]) == {"gpu-1", "gpu-2"}
@@ -59,7 +72,7 @@ def test_build_pin_lists_disagreements_and_locks_none_of_them() -> None:
         "gpu-2": _host({"drafter": ("ok", {"repo": "o/d", "commit": COMMIT_B}),
                         "venv": ("ok", {"python": "3.11.7"})}),
     })
-    lock = build_pin(rec)
+    lock = build_pin(rec).to_json()
     assert lock["disagreements"] == ["drafter"]
     assert "drafter" not in lock["stages"] and lock["stages"]["venv"] == {"python": "3.11.7"}
     assert lock["hosts"]["gpu-2"]["drafter"]["commit"] == COMMIT_B  # still shown per host
@@ -71,14 +84,43 @@ def test_build_pin_ignores_stages_that_did_not_converge() -> None:
         "target": ("would-change", {"repo": "o/t", "commit": COMMIT_B}),
         "venv": ("ok", {"python": "3.11.7"}),
     })})
-    assert build_pin(rec)["stages"] == {"venv": {"python": "3.11.7"}}
+    assert build_pin(rec).stages == {"venv": {"python": "3.11.7"}}
 
 
 def test_write_then_load_round_trips(tmp_path: Path) -> None:
     lock = build_pin(_record(**{"gpu-1": _host({"venv": ("ok", {"python": "3.11.7"})})}))
     path = tmp_path / "run" / "deploy.lock.json"
-    write_pin(lock, path)
-    assert load_pin(path) == json.loads(path.read_text()) == lock
+    write_pin(lock.to_json(), path)
+    assert json.loads(path.read_text()) == lock.to_json()
+    assert load_pin(path) == lock
+
+
+def test_each_stage_gets_its_entry_as_its_kinds_pin() -> None:
+    """The runner hands a stage its entry typed by its kind's Pin; NoPin when the file has
+    none (the kind refuses it), None for a kind that pins nothing."""
+    server = launch_pin(["--model-path", "/m", "--host", "0.0.0.0"], {"A": "1"}, {}, "0.5.23")
+    pins: list[StagePin] = [VenvPin("3.11.7"), PipPin({"sglang": "0.5.23"}), server,
+                            HfPin("o/d", COMMIT_A, 6, 10),
+                            RouterPin("0.3.2", "round_robin", ("--x",), "all")]
+    pin = PinFile(stages={str(i): json.loads(json.dumps(p.to_json())) for i, p in
+                          enumerate(pins)})
+    for i, want in enumerate(pins):
+        assert pin.entry(str(i), type(want)) == want  # through JSON and back: the same value
+    assert pin.entry("missing", VenvPin) == NoPin()
+    assert pin.entry("0", None) is None
+    assert server.to_json()["env"]["names"] == ["A"] and server.bind == "all"
+    old = ServerPin.from_json({"args": ["--tp-size", "8"]})  # missing keys read as nothing
+    assert (old.sglang_version, old.args, old.bind, old.env_names) == (None, ("--tp-size", "8"),
+                                                                      None, ())
+
+
+def test_pinned_refuses_a_stage_the_pin_file_has_no_entry_for() -> None:
+    assert pinned(_ctx(None), VenvPin) is None
+    assert pinned(_ctx(VenvPin("3.11.7")), VenvPin) == VenvPin("3.11.7")
+    verdict = pinned(_ctx(NoPin(), dry_run=True), VenvPin)
+    assert isinstance(verdict, Needed) and "no entry for this stage" in verdict.reason
+    with pytest.raises(PreflightError, match="no entry for this stage"):
+        pinned(_ctx(NoPin()), VenvPin)
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -119,7 +161,7 @@ def _launch(base: str, address: str) -> dict[str, Any]:
     paths = {"model_path": f"{base}/models/K", "draft_model_path": f"{base}/models/K-eagle3",
              "state_dir": f"{base}/run", "cache_dir": f"{base}/run/cache",
              "python": f"{base}/venv/bin/python"}
-    return launch_pin(args, env, paths, "0.5.23")
+    return launch_pin(args, env, paths, "0.5.23").to_json()
 
 
 def test_launch_pin_is_the_same_on_hosts_with_other_base_dirs_and_addresses() -> None:
@@ -138,7 +180,7 @@ def test_launch_pin_of_a_multinode_rank_keeps_the_port_not_node0s_address() -> N
     def rank1(node0: str, port: int) -> list[str]:
         args = ["--model-path", "/m", "--nnodes", "2", "--node-rank", "1",
                 "--dist-init-addr", f"{node0}:{port}"]
-        return launch_pin(args, {}, {}, "0.5.23")["args"]
+        return list(launch_pin(args, {}, {}, "0.5.23").args)
 
     assert rank1("10.0.0.21", 20000) == rank1("10.1.0.21", 20000)
     assert rank1("10.0.0.21", 20000)[-1] == "<node0>:20000"
@@ -148,8 +190,8 @@ def test_launch_pin_of_a_multinode_rank_keeps_the_port_not_node0s_address() -> N
 def test_launch_pin_sees_exposure_and_env_values() -> None:
     base = _launch("/srv/a", "127.0.0.1")
     assert _launch("/srv/a", "0.0.0.0")["bind"] == "all"
-    other = launch_pin(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "NVL"}, {}, "0.5.23")
-    same = launch_pin(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "SYS"}, {}, "0.5.23")
+    other = launch_pin(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "NVL"}, {}, "0.5.23").to_json()
+    same = launch_pin(["--model-path", "/m"], {"NCCL_P2P_LEVEL": "SYS"}, {}, "0.5.23").to_json()
     assert other["env"]["names"] == same["env"]["names"]
     assert other["env"]["sha256"] != same["env"]["sha256"]
     assert base["env"]["sha256"] != same["env"]["sha256"]
@@ -172,24 +214,24 @@ def _pip(*requirements: str) -> PipInstallStage:
                                             requirements=list(requirements)))
 
 
-def _ctx(locked: dict[str, Any] | None, dry_run: bool = False) -> StageContext:
+def _ctx(pin: StagePin | None, dry_run: bool = False) -> StageContext:
     return StageContext(spec=StageSpec(id="packages", uses="pip_install"), run_id="t",
-                        log=structlog.get_logger(), dry_run=dry_run, locked=locked)
+                        log=structlog.get_logger(), dry_run=dry_run, pin=pin)
 
 
 def test_pip_pins_every_requirement_to_its_locked_version() -> None:
     stage = _pip("sglang[all]>=0.5.10", "compressed_tensors>=0.10.0",
                  "uvloop; sys_platform == 'linux'")
-    lock = {"versions": {"sglang": "0.5.23", "compressed-tensors": "0.18.0", "uvloop": "0.21.0"}}
-    pinned, refusals = stage._locked_requirements(_ctx(lock))
+    lock = PipPin({"sglang": "0.5.23", "compressed-tensors": "0.18.0", "uvloop": "0.21.0"})
+    requirements, refusals = stage._pinned_requirements(lock)
     assert refusals == []
-    assert pinned == ["sglang[all]==0.5.23", "compressed_tensors==0.18.0",
+    assert requirements == ["sglang[all]==0.5.23", "compressed_tensors==0.18.0",
                       'uvloop==0.21.0; sys_platform == "linux"']
 
 
 def test_pip_refuses_what_the_lock_cannot_give() -> None:
     stage = _pip("sglang==0.5.22", "huggingface_hub==2.4.0")
-    lock = {"versions": {"sglang": "0.5.23", "compressed-tensors": "0.18.0"}}
+    lock = PipPin({"sglang": "0.5.23", "compressed-tensors": "0.18.0"})
     with pytest.raises(PreflightError) as err:
         stage._requirements(_ctx(lock))
     text = err.value.render()
@@ -199,20 +241,19 @@ def test_pip_refuses_what_the_lock_cannot_give() -> None:
     assert "the lock has compressed-tensors 0.18.0 but no requirement asks for it" in text
     assert "deploy without --locked" in text and "promote the new lock" in text
     # a dry run reports the same as drift instead of raising
-    pinned, refusals = stage._locked_requirements(_ctx(lock, dry_run=True))
-    assert len(refusals) == 3 and pinned == []
+    requirements, refusals = stage._pinned_requirements(lock)
+    assert len(refusals) == 3 and requirements == []
+    assert stage._requirements(_ctx(lock, dry_run=True)) == []
 
 
 def test_a_stage_missing_from_the_lock_is_refused() -> None:
     with pytest.raises(PreflightError, match="no entry for this stage"):
-        _pip("sglang==0.5.23")._requirements(_ctx({}))
+        _pip("sglang==0.5.23")._requirements(_ctx(NoPin()))
     stage = _pip("sglang==0.5.23")
     assert stage._requirements(_ctx(None)) == ["sglang==0.5.23"]
 
 
 def test_drift_reason_under_a_dry_run() -> None:
-    from orchestrator.stages._pinning import refuse
-
-    verdict = refuse(_ctx({"versions": {}}, dry_run=True), "x differs")
+    verdict = refuse(_ctx(PipPin({}), dry_run=True), "x differs")
     assert isinstance(verdict, Needed)
     assert verdict.reason == "drift: x differs (deploy --locked refuses this)"

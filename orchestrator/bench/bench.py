@@ -37,7 +37,7 @@ from orchestrator.host import Host
 from orchestrator.plan import Selection, build_plan, render_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.sglang import benchmark
-from orchestrator.sglang.layout import local_url
+from orchestrator.sglang.api import local_url
 from orchestrator.transports import make_transport
 
 RESULTS_KIND = "orchestrator-bench"

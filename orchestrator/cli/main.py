@@ -62,8 +62,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=os.environ.get("ORCHESTRATOR_RUN_DIR", "runs"),
                    help="where run records go (default ./runs, or $ORCHESTRATOR_RUN_DIR)")
     p.add_argument("--locked", metavar="PINFILE",
-                   help="refuse anything that would differ from this deploy.lock.json "
-                        "(with plan: show the drift)")
+                   help="hold the deploy to this pin (a run's deploy.lock.json): refuse "
+                        "anything that would differ (with plan: show the drift)")
     p.add_argument("--json", action="store_true",
                    help="print the run summary as JSON on stdout instead of the table")
     p.add_argument("--verify", action="store_true",
@@ -272,7 +272,7 @@ def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], select
 
     def on_start(start: DeployStart) -> None:
         _resume_gc()
-        if start.lock_incomplete:
+        if start.pin_incomplete:
             print(f"warning: {args.locked} comes from a deploy that did not complete; stages it "
                   "has no entry for will be refused", file=sys.stderr)
         if view is not None:
@@ -283,7 +283,7 @@ def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], select
     try:
         return deploy(
             args.playbook, args.inventory, cli_vars=cli_vars, selection=selection,
-            options=options, locked_path=args.locked, run_dir=args.run_dir,
+            options=options, pin_path=args.locked, run_dir=args.run_dir,
             handlers=[view] if view is not None else [], verbose=args.verbose,
             on_start=on_start, rolling=rolling, preconnected=early)
     finally:
@@ -337,7 +337,7 @@ def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
               f"{summary.duration_s or 0:.1f}s")
     out.print(f"run record: {outcome.run_dir}/summary.json")
     out.print(f"events:     {outcome.run_dir}/events.jsonl")
-    if outcome.lock_path is not None:
+    if outcome.pin_path is not None:
         out.print(f"lock file:  {outcome.run_dir}/deploy.lock.json")
 
 

@@ -1,6 +1,6 @@
 """What the server's venv has: Python, SGLang and compressed-tensors versions, NVFP4 support.
 
-Not an agent probe: the venv's own python answers it (orchestrator.sglang.server_host runs
+Not an agent probe: the venv's own python answers it (orchestrator.stages.sglang_server.reads runs
 `PYTHON -c VENV_FACTS [--nvfp4]`); its JSON line, or {"error": ...} when the python failed, is
 the answer parsed here.
 """

@@ -214,9 +214,9 @@ class NodeRunner:
             secrets=st.redactor.values, env=node.env, open_host=open_host,
             inventory_hosts=dict(inventory.hosts), cancelled=st.cancelled,
             inventory_groups=inventory_groups(inventory),
-            # a stage the lock has no entry for gets {}: kinds that lock refuse it
-            locked=st.options.locked.get("stages", {}).get(spec.id, {})
-            if st.options.locked is not None else None,
+            # the stage's entry of the pin, typed by its kind (NoPin: none; kinds that pin refuse)
+            pin=st.options.pin.entry(spec.id, st.stages[(self.host, spec.id)].Pin)
+            if st.options.pin is not None else None,
         )
         return h, ctx, opened
 

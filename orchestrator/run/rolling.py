@@ -35,9 +35,9 @@ from orchestrator.host import Host
 from orchestrator.options import RollingOptions
 from orchestrator.run.state import Outcome, RunState
 from orchestrator.run.walk import HostWalker
-from orchestrator.sglang.router import RouterApi
 from orchestrator.stages.base import inventory_groups
 from orchestrator.stages.sglang_router import SGLangRouter, worker_urls
+from orchestrator.stages.sglang_router.api import RouterApi
 from orchestrator.status import Status
 
 #: consecutive zero readings of a replica's in-flight requests that count as drained

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.config.model import HostSpec, StageSpec
 from orchestrator.errors import Interrupted
 from orchestrator.host import Host
+from orchestrator.pinfile import StagePin
 
 
 @dataclass(frozen=True)
@@ -85,9 +86,10 @@ class StageContext:
     inventory_hosts: dict[str, HostSpec] = field(default_factory=dict)
     #: the inventory's groups: name -> member host names (e.g. a router's worker group)
     inventory_groups: dict[str, list[str]] = field(default_factory=dict)
-    #: with `deploy --locked FILE`: what this stage recorded under "lock" in that deploy; a kind
-    #: that would produce something else refuses (and under a dry run reports the drift)
-    locked: dict[str, Any] | None = None
+    #: with `deploy --locked PINFILE`: the pin this stage recorded in that deploy, as its kind's
+    #: `Pin` (NoPin when the file has no entry for it); a kind that would produce something
+    #: else refuses (and under a dry run reports the drift). None without --locked.
+    pin: StagePin | None = None
     #: set by the runner when the run is cancelled (Ctrl-C); long waits use `sleep`
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: the check is asked ahead of its turn (orchestrator.run.early): only a Converged answer
@@ -113,6 +115,9 @@ class Stage:
     #: `with:` params that hold shell command text: the runner renders their templates like
     #: `run:` (every {{ value }} shell-quoted unless `| raw`), not as plain text
     shell_params: ClassVar[frozenset[str]] = frozenset()
+    #: what the kind pins for `deploy --locked` (orchestrator.pinfile), recorded as the fact
+    #: "pin"; None: nothing
+    Pin: ClassVar[type[StagePin] | None] = None
     #: the check may be asked ahead of its turn, while earlier stages of the host still run
     #: (orchestrator.run.early): it only reads, answers in about a round trip, and reads
     #: nothing an earlier stage's check or apply hands over except through the host itself

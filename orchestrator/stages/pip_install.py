@@ -31,22 +31,25 @@ the highest matching version; a public index can then shadow a private package o
 or use `find_links` for local wheels.
 
 Facts recorded: versions (name -> installed version or None), installed (the requirements pip
-was asked for, when it ran), index_url (masked), and "lock": {"versions": {name: version}} for
-every requirement that applies on the host (its marker is true), as installed there.
+was asked for, when it ran), index_url (masked), and the pin "pin": {"versions": {name:
+version}} (PipPin) for every requirement that applies on the host (its marker is true), as
+installed there.
 
-With `deploy --locked PINFILE` (ctx.locked) every requirement is installed at exactly its locked
-version (`name[extras]==LOCKED`) and the stage is converged only when the installed versions equal
-the locked ones. It REFUSES, before pip runs, a requirement whose specifier does not admit the
-locked version, a requirement the lock does not know and a locked one the playbook no longer
+With `deploy --locked PINFILE` (ctx.pin) every requirement is installed at exactly its pinned
+version (`name[extras]==PINNED`) and the stage is converged only when the installed versions equal
+the pinned ones. It REFUSES, before pip runs, a requirement whose specifier does not admit the
+pinned version, a requirement the pin does not know and a pinned one the playbook no longer
 asks for. Under `plan --locked` these are reported as "drift: ..." reasons, and so is a host whose
-installed version differs from the lock (deploy --locked installs the locked one). Dependencies
-of the requirements are not locked (pip resolves them with `upgrade_strategy`).
+installed version differs from the pin (deploy --locked installs the pinned one). Dependencies
+of the requirements are not pinned (pip resolves them with `upgrade_strategy`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,9 +64,10 @@ from orchestrator.facts.pip import InstalledDistributions
 from orchestrator.facts.programs import last_json_line
 from orchestrator.facts.pyenv import INTERPRETER_VARS, VenvInventory, venv_of
 from orchestrator.host import Host
+from orchestrator.pinfile import StagePin
 from orchestrator.remote import source as remote_source
-from orchestrator.stages._pinning import missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import pinned, refuse
 
 QUICK = 120.0
 
@@ -127,6 +131,13 @@ class PipInstallParams(Params):
         return value
 
 
+@dataclass(frozen=True)
+class PipPin(StagePin):
+    """pip_install's pin: the installed version of each requirement that applies on the host."""
+
+    versions: Mapping[str, str] = field(default_factory=dict)
+
+
 class PipInstallStage(Stage, kind="pip_install"):
     """Install or upgrade distributions until every requirement is satisfied."""
 
@@ -134,6 +145,7 @@ class PipInstallStage(Stage, kind="pip_install"):
 
     Params = PipInstallParams
     params: PipInstallParams
+    Pin = PipPin
     _python_error: str = ""
 
     # ------------------------------------------------------------------ helpers
@@ -207,25 +219,24 @@ class PipInstallStage(Stage, kind="pip_install"):
         env = {**default_environment(), **(marker_env or {}), "extra": ""}
         applies = {Requirement(t).name for t in self.params.requirements
                    if Requirement(t).marker is None or Requirement(t).marker.evaluate(env)}
-        ctx.record("lock", {"versions": {n: v for n, v in sorted(versions.items())
-                                         if n in applies and v is not None}})
+        ctx.record("pin", PipPin({n: v for n, v in sorted(versions.items())
+                                  if n in applies and v is not None}).to_json())
 
     # ------------------------------------------------------------------ deploy --locked
 
-    def _locked_requirements(self, ctx: StageContext) -> tuple[list[str], list[str]]:
-        """(the requirements pinned to the locked versions, refusals)."""
-        locked = {canonicalize_name(n): (n, v) for n, v in
-                  ((ctx.locked or {}).get("versions") or {}).items()}
+    def _pinned_requirements(self, pin: PipPin) -> tuple[list[str], list[str]]:
+        """(the requirements at their pinned versions, refusals)."""
+        pins = {canonicalize_name(n): (n, v) for n, v in (pin.versions or {}).items()}
         pinned, refusals, seen = [], [], set()
         for text in self.params.requirements:
             req = Requirement(text)
             key = canonicalize_name(req.name)
             seen.add(key)
-            if key not in locked:
+            if key not in pins:
                 refusals.append(f"{req.name} is required ({text!r}) but the lock has no "
                                 "version of it")
                 continue
-            version = locked[key][1]
+            version = pins[key][1]
             try:
                 admitted = req.specifier.contains(Version(version), prereleases=True)
             except InvalidVersion:
@@ -237,7 +248,7 @@ class PipInstallStage(Stage, kind="pip_install"):
             extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
             marker = f"; {req.marker}" if req.marker is not None else ""
             pinned.append(f"{req.name}{extras}=={version}{marker}")
-        for key, (name, version) in sorted(locked.items()):
+        for key, (name, version) in sorted(pins.items()):
             if key not in seen:
                 refusals.append(f"the lock has {name} {version} but no requirement asks for it")
         return pinned, refusals
@@ -245,23 +256,23 @@ class PipInstallStage(Stage, kind="pip_install"):
     def _requirements(self, ctx: StageContext) -> list[str]:
         """What to install: the requirements, or under --locked the pinned ones (refusing
         first: raises PreflightError when not a dry run)."""
-        if ctx.locked is None:
+        pin = pinned(ctx, PipPin)
+        if not isinstance(pin, PipPin):
             return list(self.params.requirements)
-        missing_entry(ctx)
-        pinned, refusals = self._locked_requirements(ctx)
+        requirements, refusals = self._pinned_requirements(pin)
         if refusals:
             refuse(ctx, "; ".join(refusals))
-        return pinned
+        return requirements
 
     # ------------------------------------------------------------------ stage interface
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         requirements = list(self.params.requirements)
-        if ctx.locked is not None:
-            verdict = missing_entry(ctx)
-            if verdict is not None:
-                return verdict
-            requirements, refusals = self._locked_requirements(ctx)
+        pin = pinned(ctx, PipPin)
+        if isinstance(pin, Needed):
+            return pin
+        if pin is not None:
+            requirements, refusals = self._pinned_requirements(pin)
             if refusals:
                 return refuse(ctx, "; ".join(refusals))
         found = self._installed(host, ctx)
@@ -270,9 +281,8 @@ class PipInstallStage(Stage, kind="pip_install"):
         versions, marker_env = found
         problems = self._evaluate(versions, marker_env, requirements)
         self._record(ctx, versions, marker_env)
-        if problems and ctx.locked is not None:
-            return Needed("drift: " + "; ".join(
-                _drift(problem, ctx.locked) for _, problem in problems))
+        if problems and pin is not None:
+            return Needed("drift: " + "; ".join(_drift(problem, pin) for _, problem in problems))
         if problems:
             return Needed("; ".join(problem for _, problem in problems))
         shown = ", ".join(f"{n} {v}" for n, v in versions.items() if v)
@@ -329,14 +339,14 @@ class PipInstallStage(Stage, kind="pip_install"):
         return None
 
 
-def _drift(problem: str, locked: dict) -> str:
+def _drift(problem: str, pin: PipPin) -> str:
     """'sglang 0.5.22 does not satisfy ==0.5.23' -> 'sglang 0.5.22 on the host, lock has
     0.5.23'."""
     m = re.match(r"^(\S+) (\S+) does not satisfy ==(\S+)$", problem)
     if m:
         return f"{m.group(1)} {m.group(2)} on the host, the lock has {m.group(3)}"
     m = re.match(r"^(\S+) is not installed$", problem)
-    versions = {canonicalize_name(n): v for n, v in (locked.get("versions") or {}).items()}
+    versions = {canonicalize_name(n): v for n, v in (pin.versions or {}).items()}
     if m and canonicalize_name(m.group(1)) in versions:
         return f"{m.group(1)} not installed, the lock has {versions[canonicalize_name(m.group(1))]}"
     return problem

@@ -31,9 +31,9 @@ Apply, depending on what is there:
 * anything else at PATH (a file, a non-empty folder that is not a venv) is refused, never deleted.
 
 Facts recorded: python (version), pip (version), path, pip_repair (the way pip was installed)
-when a repair was needed, and "lock": {"python": "3.11.7"} for the deploy lock file.
+when a repair was needed, and the pin "pin": {"python": "3.11.7"} (VenvPin) for the pin file.
 
-With `deploy --locked PINFILE` the venv's python must have the locked version (major.minor.micro):
+With `deploy --locked PINFILE` the venv's python must have the pinned version (major.minor.micro):
 the existing venv's, or - when the venv is still to be made - the one `python` would create it
 with. Another version is REFUSED before anything is created (under `plan --locked`: a "drift: ..."
 reason).
@@ -57,10 +57,11 @@ from orchestrator.facts.pyenv import (
     VenvState,
 )
 from orchestrator.host import Host
+from orchestrator.pinfile import StagePin
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
-from orchestrator.stages._pinning import differs, missing_entry
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import differs, pinned
 
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout
 QUICK = 120.0
@@ -104,6 +105,13 @@ class VenvLook:
     site_ok: bool = True
 
 
+@dataclass(frozen=True)
+class VenvPin(StagePin):
+    """python_venv's pin: the venv's python version (major.minor.micro)."""
+
+    python: str | None
+
+
 class PythonVenvStage(Stage, kind="python_venv"):
     """Create or repair a virtual environment until its python and pip both work."""
 
@@ -111,6 +119,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
     Params = PythonVenvParams
     params: PythonVenvParams
+    Pin = VenvPin
 
     # ------------------------------------------------------------------ helpers
 
@@ -157,12 +166,12 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
     # ------------------------------------------------------------------ stage interface
 
-    def _check_locked(self, host: Host, ctx: StageContext, s: VenvLook) -> Needed | None:
-        """Refuse (dry run: report) a python version other than the locked one."""
-        verdict = missing_entry(ctx)
-        if verdict is not None:
-            return verdict
-        want = (ctx.locked or {}).get("python")
+    def _check_pin(self, host: Host, ctx: StageContext, s: VenvLook) -> Needed | None:
+        """Under --locked: refuse (dry run: report) a python version other than the pinned one."""
+        pin = pinned(ctx, VenvPin)
+        if not isinstance(pin, VenvPin):
+            return pin
+        want = pin.python
         have, whose = s.python, "the venv's python"
         if have is None or s.state.pyvenv_cfg is None:  # apply would (re)create it with p.python
             have = self._base_version(host, ctx)
@@ -189,10 +198,9 @@ class PythonVenvStage(Stage, kind="python_venv"):
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
         s = self._inspect_files(host, ctx) or self._inspect(host, ctx)
-        if ctx.locked is not None:
-            verdict = self._check_locked(host, ctx, s)
-            if verdict is not None:
-                return verdict
+        verdict = self._check_pin(host, ctx, s)
+        if verdict is not None:
+            return verdict
         if not s.state.exists:
             return Needed(f"{p.path} does not exist")
         if not s.state.is_dir:
@@ -378,7 +386,7 @@ def record_venv(ctx: StageContext, path: str, s: VenvLook) -> None:
     ctx.record("path", path)
     ctx.record("python", s.python)
     ctx.record("pip", s.pip)
-    ctx.record("lock", {"python": s.python})
+    ctx.record("pin", VenvPin(s.python).to_json())
 
 
 def _repaired(ctx: StageContext, path: str, how: str) -> None:

@@ -135,7 +135,7 @@ def test_second_deploy_as_a_library_call_changes_nothing_and_runs_no_command(box
     uvm = two.summary.hosts["gpu-1"].facts["health"]["uvm"]
     assert uvm["cuda_init"] is None and uvm["open"]["ok"]  # proven by the agent's open()
     assert two.summary_path.exists() and two.events_path.exists()
-    assert two.lock_path is not None
+    assert two.pin_path is not None
     assert two.run_dir != box.first.run_dir
     assert box.server_pid() == pid
 

@@ -203,10 +203,10 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
         facts = one.summary.hosts[ROUTER].facts["router"]
         assert facts["sglang_router_version"] == "0.3.2"
         assert len(facts["ready_workers"]) == 3
-        pin = json.loads(one.lock_path.read_text())["stages"]["router"]  # type: ignore[union-attr]
+        pin = json.loads(one.pin_path.read_text())["stages"]["router"]  # type: ignore[union-attr]
         assert pin == {"sglang_router_version": "0.3.2", "policy": "round_robin",
                        "extra_args": [], "bind": "loopback"}
-        locked = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", locked_path=one.lock_path,
+        locked = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", pin_path=one.pin_path,
                         selection=Selection(only=["router"]), cli_vars={"router_policy": "random"})
         assert locked.exit_code == 1
         assert "policy: this deploy would give random, the lock has round_robin" in \

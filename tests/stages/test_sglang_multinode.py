@@ -12,8 +12,8 @@ import pytest
 from orchestrator.host import Host
 from orchestrator.sglang.multinode import NodeGroup
 from orchestrator.sglang.preflight import Report
-from orchestrator.sglang.server_host import check_group
 from orchestrator.stages.base import StageContext
+from orchestrator.stages.sglang_server.reads import check_group
 
 
 @pytest.fixture

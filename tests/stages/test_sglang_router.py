@@ -1,6 +1,7 @@
-"""The sglang_router kind's pure parts: launch arguments (held to the REAL launcher's parser of
-sglang-router 0.3.2 when its wheel is cached), worker URLs from an inventory group, parameter
-checks, and the in-flight reading of SGLang's /metrics that the rolling redeploy drains on."""
+"""The sglang_router kind: launch arguments held to the REAL launcher's parser of sglang-router
+0.3.2 when its wheel is cached, worker URLs from an inventory group, parameter checks, the
+rolling redeploy's set-up, and a router that exits or finds its port taken. The router's launch
+and API shapes alone: tests/sglang/test_router.py."""
 
 from __future__ import annotations
 
@@ -20,27 +21,10 @@ from orchestrator.stages.base import inventory_groups
 from orchestrator.stages.sglang_router import SGLangRouterParams, worker_urls
 from scripts.fetch_router_wheels import CACHE, VERSION, have_wheels
 
-#: SGLang's own /metrics lines (0.5.23 metrics_collector.py:364-375: labelled gauges; with
-#: priority scheduling a total under priority="" plus one series per priority: 1417-1429)
-METRICS = """# HELP sglang:num_running_reqs The number of running requests.
-# TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0"} 3.0
-sglang:num_queue_reqs{model_name="kimi-k2.6",engine_type="unified",tp_rank="0",pp_rank="0"} 2.0
-sglang:num_grammar_queue_reqs{model_name="kimi-k2.6"} 7.0
-sglang:gen_throughput{model_name="kimi-k2.6"} 12.5
-"""
-
 
 def _params(**kw: object) -> SGLangRouterParams:
     base: dict[str, object] = {"python": "/v/bin/python", "state_dir": "/s"}
     return SGLangRouterParams.model_validate({**base, **kw})
-
-
-def test_launch_arguments() -> None:
-    args = rt.router_args(["http://a:30000", "http://b:30000"], policy="round_robin",
-                          host="0.0.0.0", port=30080, extra_args=["--log-level", "info"])
-    assert args == ["--host", "0.0.0.0", "--port", "30080", "--policy", "round_robin",
-                    "--worker-urls", "http://a:30000", "http://b:30000", "--log-level", "info"]
 
 
 def _router_check(cwd: Path, args: list[str]) -> dict[str, object]:
@@ -92,20 +76,6 @@ def test_parameters_refused() -> None:
     with pytest.raises(ValidationError, match="worker_group"):
         _params()
     assert _params(workers=["http://a:1"], drain_timeout="2m").drain_timeout == 120.0
-
-
-def test_in_flight_from_sglang_metrics() -> None:
-    assert rt.in_flight(METRICS) == 5
-    assert rt.in_flight(METRICS.replace(" 3.0", " 0.0").replace(" 2.0", " 0.0")) == 0
-    assert rt.in_flight("sglang:num_running_reqs 0\nsglang:num_queue_reqs 1\n") == 1
-    assert rt.in_flight("# no such gauges\n") is None
-
-
-def test_requests_done_from_sglang_metrics() -> None:
-    text = ('sglang:num_requests_total{model_name="m",is_streaming="false"} 7.0\n'
-            'sglang:num_requests_total{model_name="m",is_streaming="true"} 2.0\n')
-    assert rt.requests_done(METRICS + text) == 9
-    assert rt.requests_done(METRICS) is None
 
 
 PLAYBOOK = """

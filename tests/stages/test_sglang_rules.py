@@ -1,4 +1,5 @@
-"""The pure rules of sglang_server, wait_ready and the service commands, driven from tables.
+"""The pure rules of sglang_server (and its pin), wait_ready and the service commands, driven
+from tables.
 
 tests/stages/sglang_rules/<rule>.json: {"rule": "<name below>", "cases": [{"name", "in", "out"}]}.
 A case's inputs are plain data; a server status is named by a recorded answer
@@ -23,12 +24,14 @@ from orchestrator.facts.hardware import GpuHealth, GpuUser
 from orchestrator.facts.http import HttpAnswer
 from orchestrator.facts.server import ExitRecord, Listener, PidFile, ServerStatus, SystemdInfo
 from orchestrator.service import LaunchRecord, ServiceTarget, status_row
-from orchestrator.sglang import ready_rules, server_rules
-from orchestrator.sglang.layout import ServerLayout
-from orchestrator.sglang.ready_rules import ReadyMarker
-from orchestrator.sglang.server_change import launch_spec
-from orchestrator.sglang.server_host import Desired, launch_gpus
 from orchestrator.stages.sglang_server import SGLangServerParams
+from orchestrator.stages.sglang_server import rules as server_rules
+from orchestrator.stages.sglang_server.change import launch_spec
+from orchestrator.stages.sglang_server.layout import ServerLayout
+from orchestrator.stages.sglang_server.reads import Desired, launch_gpus
+from orchestrator.stages.sglang_server.rules import ServerPin
+from orchestrator.stages.wait_ready import rules as ready_rules
+from orchestrator.stages.wait_ready.rules import ReadyMarker
 
 HERE = Path(__file__).resolve().parent / "sglang_rules"
 FACTS = Path(__file__).resolve().parents[1] / "facts"
@@ -102,9 +105,10 @@ RULES: dict[str, Callable[[dict[str, Any]], Any]] = {
         bind=i.get("bind", "127.0.0.1"), port=i.get("port", 30000),
         stop_stale=i.get("stop_stale", False))),
     "launch_mode": _launch_mode,
-    "lock_drift": lambda i: server_rules.lock_drift(i["entry"], i["locked"]),
+    "pin_drift": lambda i: server_rules.pin_drift(ServerPin.from_json(i["entry"]),
+                                                ServerPin.from_json(i["pin"])),
     "version_drift": lambda i: to_data(server_rules.version_drift(i["have"], i["want"],
-                                                                  dry_run=i["dry_run"])),
+                                                                dry_run=i["dry_run"])),
     "started_too_soon": lambda i: server_rules.started_too_soon(status(i), i.get("pid")),
     "fmt_cmd": lambda i: server_rules.fmt_cmd(i["argv"], i.get("limit", 160)),
     "launch_gpus": lambda i: to_data(launch_gpus(GpuHealth.from_answer(

@@ -8,7 +8,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.errors import CommandTimeout
 from orchestrator.facts.hardware import GpuHealth
@@ -29,9 +29,7 @@ from orchestrator.sglang.preflight import (
     run_preflight,
 )
 from orchestrator.sglang.rules import Finding, Gpu
-
-if TYPE_CHECKING:  # stages import this module: no cycle at run time
-    from orchestrator.stages.base import StageContext
+from orchestrator.stages.base import StageContext
 
 #: programs run by the venv's python (real modules of orchestrator/remote/, shipped as text)
 _CHECK_SCRIPT = source("sglang_check")

@@ -1,4 +1,5 @@
-"""SGLang's HTTP API as seen FROM the host (through the agent's `http` probe), typed answers.
+"""wait_ready's calls of SGLang's HTTP API, made FROM the host (the agent's `http` probe); the
+request and answer shapes are orchestrator.sglang.api's.
 
 `ServerApi(host, base, api_key, request_timeout)` is a short-lived value made per call of a
 stage; it keeps nothing between calls. Failures raise StageError with the texts wait_ready
@@ -9,15 +10,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.errors import StageError
 from orchestrator.facts.http import HttpAnswer
 from orchestrator.host import Host
 from orchestrator.sglang import accept as spec
-
-if TYPE_CHECKING:  # stages import this module: no cycle at run time
-    from orchestrator.stages.base import StageContext
+from orchestrator.sglang import api
+from orchestrator.stages.base import StageContext
 
 
 @dataclass(frozen=True)
@@ -68,20 +68,17 @@ class ServerApi:
 
     def chat(self, model: str, prompt: str, max_tokens: int) -> str:
         """One non-streaming chat completion's text (content, else reasoning)."""
-        body = {"model": model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens, "temperature": 0, "stream": False}
-        r = self.post("/v1/chat/completions", body)
+        r = self.post("/v1/chat/completions", api.chat_body(model, prompt, max_tokens))
         if r.status != 200:
             raise StageError(
                 f"chat completion on {self.base}/v1/chat/completions (model {model!r}) "
                 f"answered {r.status or r.error}: {r.body[:300]}",
                 hint="check chat_model (see /v1/models) and the server log")
         try:
-            msg = r.json()["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            text = api.chat_text(r.json())
+        except ValueError:
             raise StageError(f"chat completion answered something that is not a chat reply: "
                              f"{r.body[:300]!r}") from None
-        text = (msg.get("content") or msg.get("reasoning_content") or "").strip()
         if not text:
             raise StageError(f"the chat completion of {model!r} came back empty",
                              hint="look at the server log; the model produced no text")
@@ -90,16 +87,7 @@ class ServerApi:
     def spec_request(self, model: str, prompt: str, max_tokens: int, version: str | None,
                      ignore_eos: bool = False) -> spec.Sample | None:
         """One request that reports its own speculation figures where the release can."""
-        if spec.per_request_chat(version):
-            body: dict[str, Any] = {
-                "model": model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens, "temperature": 0, "stream": False,
-                "return_spec_tokens_details": True}
-            path, parse = "/v1/chat/completions", spec.from_chat
-        else:
-            body = {"text": prompt, "sampling_params": {
-                "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}}
-            path, parse = "/generate", spec.from_generate
+        path, body, parse = api.spec_request(model, prompt, max_tokens, version, ignore_eos)
         r = self.post(path, body)
         if r.status != 200:
             raise StageError(f"{self.base}{path} answered {r.status or r.error} "

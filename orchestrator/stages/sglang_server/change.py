@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.errors import StageError
 from orchestrator.facts.server import (
@@ -18,12 +18,10 @@ from orchestrator.facts.server import (
 from orchestrator.host import Host
 from orchestrator.remote import source
 from orchestrator.sglang import launch
-from orchestrator.sglang.layout import ServerLayout
-from orchestrator.sglang.server_host import Desired
-from orchestrator.sglang.server_rules import describe_foreign, fmt_cmd
-
-if TYPE_CHECKING:  # stages import this module: no cycle at run time
-    from orchestrator.stages.base import StageContext
+from orchestrator.stages.base import StageContext
+from orchestrator.stages.sglang_server.layout import ServerLayout
+from orchestrator.stages.sglang_server.reads import Desired
+from orchestrator.stages.sglang_server.rules import describe_foreign, fmt_cmd
 
 
 def indent(text: str, prefix: str = "    ") -> str:
@@ -122,13 +120,13 @@ def write_launch_files(host: Host, p: Any, desired: Desired, mode: str) -> None:
                     mode=0o600)
 
 
-def start_background(host: Host, p: Any) -> PidFile | None:
-    """The supervisor in its own session (the agent's `server_start`)."""
+def start_background(host: Host, p: Any, what: str = "server") -> PidFile | None:
+    """The supervisor of the server (or the router) in its own session (`server_start`)."""
     res = ServerStart.from_answer(host.act("server_start", state_dir=p.state_dir,
                                       python=p.python))
     if res.error is not None:
         tail = "\n".join(res.log_tail) or res.stderr or ""
-        raise StageError(f"the server could not be started: {res.error}"
+        raise StageError(f"the {what} could not be started: {res.error}"
                          + (f"\n  last log lines:\n{indent(tail)}" if tail else ""))
     return res.pidfile
 

@@ -33,8 +33,9 @@ restarted server is verified again), /model_info matches and (with min_accept_le
 server's cumulative accept length, where it already reports one, is still above the minimum.
 Records: ready_after_s, accept_length, model, version, architectures.
 
-Where the parts live: the HTTP calls in orchestrator/sglang/server_api.py (typed HttpAnswer), the
-pure rules in orchestrator/sglang/ready_rules.py (tested from tests/stages/sglang_rules/*.json).
+Where the parts live (this package): the HTTP calls in api.py (typed HttpAnswer; the request and
+answer shapes in orchestrator/sglang/api.py), the pure rules in rules.py (tested from
+tests/stages/sglang_rules/*.json).
 """
 
 from __future__ import annotations
@@ -51,13 +52,13 @@ from orchestrator.facts.logs import LogTail
 from orchestrator.facts.server import ServerStatus
 from orchestrator.host import Host
 from orchestrator.sglang import accept as spec
-from orchestrator.sglang import ready_rules as rules
-from orchestrator.sglang.layout import ServerLayout
-from orchestrator.sglang.ready_rules import ReadyMarker
-from orchestrator.sglang.server_api import ServerApi
-from orchestrator.sglang.server_change import indent
-from orchestrator.sglang.server_host import read_config
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.sglang_server.change import indent
+from orchestrator.stages.sglang_server.layout import ServerLayout
+from orchestrator.stages.sglang_server.reads import read_config
+from orchestrator.stages.wait_ready import rules
+from orchestrator.stages.wait_ready.api import ServerApi
+from orchestrator.stages.wait_ready.rules import ReadyMarker
 
 
 class WaitReadyParams(Params):

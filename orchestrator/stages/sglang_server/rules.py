@@ -1,17 +1,23 @@
-"""Pure rules of the `sglang_server` stage: typed facts and parameters in, a decision out.
+"""Pure rules of the `sglang_server` stage (and the router's, which runs under the same
+supervisor): typed facts and parameters in, a decision out; and the launch's pin (`deploy
+--locked`): what it records and how a launch differs. The API key is not pinned (per environment).
 
-No host is touched here; tests/stages/sglang_rules/*.json drive these from tables.
+No host is touched here; tests/stages/sglang_rules/*.json and tests/test_pinfile.py drive these.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.errors import StageError
 from orchestrator.facts.hardware import GpuUser
 from orchestrator.facts.server import ExitRecord, Listener, ServerStatus, SystemdInfo
+from orchestrator.pinfile import StagePin
 from orchestrator.sglang import launch
+from orchestrator.stages.pin import arg_changes, bind_scope, placeholders
 
 
 @dataclass(frozen=True)
@@ -135,37 +141,6 @@ def launch_mode(systemd: str, info: SystemdInfo | None) -> str:
     return "systemd" if info.usable else "background"
 
 
-def lock_drift(entry: dict[str, Any], locked: dict[str, Any]) -> list[str]:
-    """How this launch differs from the locked one: args, bind, environment (not the version)."""
-    from orchestrator.stages._pinning import arg_changes  # stages import this module
-
-    drift = []
-    if entry["args"] != locked.get("args"):
-        drift.append("launch arguments (lock -> this deploy): "
-                     + "; ".join(arg_changes(locked.get("args") or [], entry["args"])))
-    if entry["bind"] != locked.get("bind"):
-        drift.append(f"--host reaches {entry['bind']}, the lock's reached {locked.get('bind')}")
-    old_env = locked.get("env") or {}
-    if entry["env"] != old_env:
-        a, b = set(old_env.get("names") or []), set(entry["env"]["names"])
-        what = [f"+{n}" for n in sorted(b - a)] + [f"-{n}" for n in sorted(a - b)]
-        drift.append("server environment: " + (", ".join(what) if what else
-                                               "a value changed (sha256 differs)"))
-    return drift
-
-
-def version_drift(have: str | None, want: str | None, *, dry_run: bool) -> tuple[str, str] | None:
-    """("needed" | "refuse", message) when the installed SGLang is not the locked one."""
-    if have is None or have == want:
-        # not installed: under plan the packages stage would install the locked version;
-        # under deploy the preflight reports the broken venv
-        return None
-    if dry_run:
-        return ("needed", f"drift: sglang {have} installed, the lock has {want} (deploy "
-                "--locked installs the locked version first, then restarts)")
-    return ("refuse", f"sglang version: this deploy would run {have}, the lock has {want}")
-
-
 def started_too_soon(status: ServerStatus, pid: Any) -> str | None:
     """verify: why the server we started is gone (None while it lives)."""
     if status.running and status.pidfile is not None and status.pidfile.pid == pid:
@@ -176,3 +151,89 @@ def started_too_soon(status: ServerStatus, pid: Any) -> str | None:
     if rec is not None and rec.signal:
         return f"signal {rec.signal}"
     return "no exit record"
+
+
+# ------------------------------------------------------------------ the pin (deploy --locked)
+
+@dataclass(frozen=True)
+class ServerPin(StagePin):
+    """sglang_server's pin: the SGLang version, the launch arguments (host paths and --host as
+    placeholders), how far --host reaches, and the environment (names, sha256 of the values).
+    On disk: {sglang_version, args, bind, env: {names, sha256}}."""
+
+    sglang_version: str | None
+    args: tuple[str, ...]
+    bind: str | None
+    env_names: tuple[str, ...] = ()
+    env_sha256: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The pin file's entry."""
+        return {"sglang_version": self.sglang_version, "args": list(self.args),
+                "bind": self.bind, "env": {"names": list(self.env_names),
+                                           "sha256": self.env_sha256}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ServerPin:
+        """An entry of the pin file (missing keys read as None / empty)."""
+        env = data.get("env") if isinstance(data.get("env"), dict) else {}
+        return cls(data.get("sglang_version"), tuple(data.get("args") or ()), data.get("bind"),
+                   tuple(env.get("names") or ()), env.get("sha256"))
+
+
+def launch_pin(args: list[str], env: Mapping[str, str], paths: Mapping[str, str | None],
+               sglang_version: str | None) -> ServerPin:
+    """The pin of an SGLang launch.
+
+    args: the server arguments with host paths replaced by placeholders (<model_path>,
+    <draft_model_path>, <state_dir>, <cache_dir>, <python>) and the value of --host replaced by
+    "<host>" (each host binds its own address); the reach of that address is kept as "bind"
+    (loopback / all / address), so exposing the API on every interface is a difference. --port is
+    kept as it is, and so is the port of --dist-init-addr (multi-node), whose address becomes
+    "<node0>" (node 0's address differs per environment). env: the variable NAMES and a sha256
+    over "NAME=value" lines with the same placeholders (values may be secrets: never stored).
+    """
+    norm = placeholders(paths, args)
+    host = None
+    for i, a in enumerate(args):
+        if a == "--host" and i + 1 < len(args):
+            host = args[i + 1]
+            norm[i + 1] = "<host>"
+        elif a.startswith("--host="):
+            host = a.split("=", 1)[1]
+            norm[i] = "--host=<host>"
+        elif a == "--dist-init-addr" and i + 1 < len(args):
+            norm[i + 1] = "<node0>:" + args[i + 1].rpartition(":")[2]
+    names = sorted(env)
+    values = placeholders(paths, [env[n] for n in names])
+    digest = hashlib.sha256("".join(f"{n}={v}\n" for n, v in zip(names, values, strict=True))
+                            .encode("utf-8")).hexdigest()
+    return ServerPin(sglang_version, tuple(norm), bind_scope(host), tuple(names), digest)
+
+
+def pin_drift(entry: ServerPin, pin: ServerPin) -> list[str]:
+    """How this launch differs from the pinned one: args, bind, environment (not the version)."""
+    drift = []
+    if entry.args != pin.args:
+        drift.append("launch arguments (lock -> this deploy): "
+                     + "; ".join(arg_changes(pin.args, entry.args)))
+    if entry.bind != pin.bind:
+        drift.append(f"--host reaches {entry.bind}, the lock's reached {pin.bind}")
+    if (entry.env_names, entry.env_sha256) != (pin.env_names, pin.env_sha256):
+        a, b = set(pin.env_names), set(entry.env_names)
+        what = [f"+{n}" for n in sorted(b - a)] + [f"-{n}" for n in sorted(a - b)]
+        drift.append("server environment: " + (", ".join(what) if what else
+                                               "a value changed (sha256 differs)"))
+    return drift
+
+
+def version_drift(have: str | None, want: str | None, *, dry_run: bool) -> tuple[str, str] | None:
+    """("needed" | "refuse", message) when the installed SGLang is not the pinned one."""
+    if have is None or have == want:
+        # not installed: under plan the packages stage would install the pinned version;
+        # under deploy the preflight reports the broken venv
+        return None
+    if dry_run:
+        return ("needed", f"drift: sglang {have} installed, the lock has {want} (deploy "
+                "--locked installs the locked version first, then restarts)")
+    return ("refuse", f"sglang version: this deploy would run {have}, the lock has {want}")

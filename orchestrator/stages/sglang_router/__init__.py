@@ -19,9 +19,9 @@ check: converged when the router recorded in `state_dir` is alive (not a recycle
 same FINGERPRINT (launch arguments - worker URLs and policy included -, environment, the venv's
 sglang-router version) and answers /health. Before a launch the installed router's own argument
 parsing and validation run in its venv (orchestrator/remote/router_check.py), so a launch it
-would refuse fails the stage while the old router still serves. Lock file fact "lock":
-{sglang_router_version, policy, extra_args, bind}; under `deploy --locked` a router that would
-differ is refused in check (worker URLs are per environment and not locked).
+would refuse fails the stage while the old router still serves. The pin (fact "pin",
+RouterPin): {sglang_router_version, policy, extra_args, bind}; under `deploy --locked` a router
+that would differ is refused in check (worker URLs are per environment and not pinned).
 
 apply: stops the previous router (SIGTERM to its process group, SIGKILL after `stop_timeout`)
 and starts `python -m sglang_router.launch_router --host H --port P --policy X --worker-urls
@@ -31,7 +31,7 @@ through the `server_start` action).
 verify, bounded by `ready_timeout`: the router's /health answers, GET /workers lists every
 worker URL healthy, then a chat completion through the router answers 200; a router that exited
 fails at once, with its log. What the router does is read from its real code (cited in
-orchestrator/sglang/router.py).
+orchestrator/sglang/router.py); the calls of its API are this package's api.py.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import hashlib
 import json
 import shlex
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
@@ -48,15 +49,17 @@ from orchestrator.config.model import parse_duration
 from orchestrator.errors import StageError
 from orchestrator.facts.programs import marked_result
 from orchestrator.facts.pyenv import VenvInventory, venv_of
-from orchestrator.facts.server import ServerStart, ServerStatus
+from orchestrator.facts.server import ServerStatus
 from orchestrator.host import Host
+from orchestrator.pinfile import StagePin
 from orchestrator.remote import source
 from orchestrator.sglang import router as rt
-from orchestrator.sglang import server_change as change
-from orchestrator.sglang import server_rules as rules
-from orchestrator.sglang.layout import ServerLayout, local_url
-from orchestrator.stages._pinning import bind_scope, differs, missing_entry
+from orchestrator.sglang.api import local_url
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.pin import bind_scope, differs, pinned
+from orchestrator.stages.sglang_router.api import RouterApi
+from orchestrator.stages.sglang_server import change, rules
+from orchestrator.stages.sglang_server.layout import ServerLayout
 
 #: the installed router's own argument check, run by the venv's python (a real module, shipped)
 _CHECK_SCRIPT = source("router_check")
@@ -84,7 +87,7 @@ class SGLangRouterParams(Params):
                                  "replica's in-flight requests after it left the router")
     native_check: bool = Field(True, description="run the installed router's own argument "
                                "parsing before a launch (before the old router is stopped)")
-    #: server_change's helpers read these (the router never takes a foreign port over)
+    #: sglang_server's change helpers read these (the router never takes a foreign port over)
     stop_stale: bool = False
 
     @field_validator("ready_timeout", "poll_interval", "stop_timeout", "drain_timeout",
@@ -112,6 +115,16 @@ class SGLangRouterParams(Params):
         return self
 
 
+@dataclass(frozen=True)
+class RouterPin(StagePin):
+    """sglang_router's pin: the router's version, policy, extra arguments and bind scope."""
+
+    sglang_router_version: str | None
+    policy: str | None
+    extra_args: tuple[str, ...] | None
+    bind: str | None
+
+
 def worker_urls(p: SGLangRouterParams, groups: dict[str, list[str]],
                 hosts: dict[str, Any]) -> dict[str, str]:
     """Worker URL per inventory host of `worker_group` (then the literal `workers`, keyed by
@@ -135,6 +148,7 @@ class SGLangRouter(Stage, kind="sglang_router"):
 
     Params = SGLangRouterParams
     params: SGLangRouterParams
+    Pin = RouterPin
 
     @property
     def _layout(self) -> ServerLayout:
@@ -144,9 +158,9 @@ class SGLangRouter(Stage, kind="sglang_router"):
         """Inventory host (or URL) -> worker URL."""
         return worker_urls(self.params, ctx.inventory_groups, ctx.inventory_hosts)
 
-    def api(self, host: Host) -> rt.RouterApi:
+    def api(self, host: Host) -> RouterApi:
         """The router's API, from its own host."""
-        return rt.RouterApi(host, local_url(self.params.host, self.params.port))
+        return RouterApi(host, local_url(self.params.host, self.params.port))
 
     def _desired(self, host: Host, ctx: StageContext) -> tuple[list[str], dict[str, Any]]:
         p = self.params
@@ -168,13 +182,12 @@ class SGLangRouter(Stage, kind="sglang_router"):
         p = self.params
         args, fp = self._desired(host, ctx)
         ctx.record("workers", list(self.urls(ctx).values()))
-        entry = {"sglang_router_version": fp["parts"]["sglang_router"], "policy": p.policy,
-                 "extra_args": list(p.extra_args), "bind": bind_scope(p.host)}
-        ctx.record("lock", entry)
-        if ctx.locked is not None:
-            drift = self._check_locked(ctx, entry)
-            if drift is not None:
-                return drift
+        entry = RouterPin(fp["parts"]["sglang_router"], p.policy, tuple(p.extra_args),
+                          bind_scope(p.host))
+        ctx.record("pin", entry.to_json())
+        drift = self._check_pin(ctx, entry)
+        if drift is not None:
+            return drift
         status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
         if status.foreign_listener is not None:
             who = rules.describe_foreign(status.foreign_listener)
@@ -191,16 +204,17 @@ class SGLangRouter(Stage, kind="sglang_router"):
         return Needed(reason, plan=(status, args, fp))
 
     @staticmethod
-    def _check_locked(ctx: StageContext, entry: dict[str, Any]) -> Needed | None:
+    def _check_pin(ctx: StageContext, entry: RouterPin) -> Needed | None:
         """`deploy --locked`: the router's version, policy, extra arguments and bind scope must
-        be the locked ones (worker URLs are per environment, so not locked)."""
-        verdict = missing_entry(ctx)
-        if verdict is not None:
-            return verdict
-        locked = ctx.locked or {}
-        for key, value in entry.items():  # a version not installed yet: its stage installs it
-            if value is not None and key in locked and locked[key] != value:
-                return differs(ctx, key, value, locked[key])
+        be the pinned ones (worker URLs are per environment, so not pinned)."""
+        pin = pinned(ctx, RouterPin)
+        if not isinstance(pin, RouterPin):
+            return pin
+        want = pin.to_json()
+        # a value not known yet (a version not installed: its stage installs it) is not compared
+        for key, value in entry.to_json().items():
+            if value is not None and want[key] is not None and want[key] != value:
+                return differs(ctx, key, value, want[key])
         return None
 
     def _native_check(self, host: Host, args: list[str]) -> None:
@@ -239,11 +253,8 @@ class SGLangRouter(Stage, kind="sglang_router"):
         host.run_argv(["mkdir", "-p", p.state_dir], check=True, timeout=30, what="mkdir")
         host.write_file(layout.launch, json.dumps(spec, indent=1) + "\n", mode=0o600)
         host.write_file(layout.fingerprint, json.dumps(fp, indent=1) + "\n", mode=0o600)
-        res = ServerStart.from_answer(host.act("server_start", state_dir=p.state_dir,
-                                          python=p.python))
-        if res.error is not None:
-            raise StageError(f"the router could not be started: {res.error}")
-        ctx.record("pid", res.pidfile.pid if res.pidfile else None)
+        pidfile = change.start_background(host, p, "router")
+        ctx.record("pid", pidfile.pid if pidfile else None)
         ctx.record("fingerprint", fp["fingerprint"][:16])
         ctx.record("log", layout.log)
         ctx.record("sglang_router_version", fp["parts"]["sglang_router"])
@@ -271,7 +282,7 @@ class SGLangRouter(Stage, kind="sglang_router"):
                          f"{p.ready_timeout:.0f}s: {why}",
                          hint=f"see the router's log {self._layout.log} and the workers")
 
-    def _not_ready(self, api: rt.RouterApi, want: set[str]) -> str | None:
+    def _not_ready(self, api: RouterApi, want: set[str]) -> str | None:
         """Why the router does not serve yet (None: it does)."""
         health = api.health()
         if not health.ok:

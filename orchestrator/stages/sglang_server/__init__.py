@@ -46,16 +46,17 @@ every other node must reach it (probe `tcp_port`; no answer is asked again for u
 node rank >= 1 whose node 0 no longer listens there is launched again: one rank dying ends the
 group in real SGLang, so after either box reboots the whole group restarts.
 
-Lock file fact "lock": {sglang_version, args (host paths as <model_path>, <draft_model_path>,
-<state_dir>, <cache_dir>; --host as <host>, --port kept), bind (loopback/all/address), env (names
-and a sha256 of the values)}. Under `deploy --locked` a launch whose args, bind, env or SGLang
-version differ from the lock is refused in check, before anything is stopped or started (under
-`plan --locked`: a "drift: ..." reason). The API key is not part of the lock (per environment).
+The pin (fact "pin", rules.py ServerPin): {sglang_version, args (host paths as <model_path>,
+<draft_model_path>, <state_dir>, <cache_dir>; --host as <host>, --port kept), bind
+(loopback/all/address), env (names and a sha256 of the values)}. Under `deploy --locked` a launch
+whose args, bind, env or SGLang version differ from the pin is refused in check, before anything
+is stopped or started (under `plan --locked`: a "drift: ..." reason). The API key is not pinned
+(per environment).
 
 Where the parts live: typed facts in orchestrator/facts/ (ServerStatus, SystemdInfo, GpuHealth,
-VenvVersions), other host reads in orchestrator/sglang/server_host.py, the pure rules in
-orchestrator/sglang/server_rules.py (tested from tests/stages/sglang_rules/*.json), the change in
-orchestrator/sglang/server_change.py, the state dir's files in orchestrator/sglang/layout.py.
+VenvVersions); in this package the other host reads (reads.py), the pure rules and the pin
+(rules.py, tested from tests/stages/sglang_rules/*.json), the change (change.py) and the state
+dir's files (layout.py); what SGLang itself does in orchestrator/sglang/.
 check() returns Needed(reason, plan=LaunchPlan) and apply() receives that plan.
 """
 
@@ -75,19 +76,15 @@ from orchestrator.facts.server import ServerStatus, SystemdInfo
 from orchestrator.facts.venv import VenvVersions
 from orchestrator.host import Host
 from orchestrator.sglang import launch
-from orchestrator.sglang import server_change as change
-from orchestrator.sglang import server_host as facts
-from orchestrator.sglang import server_rules as rules
-from orchestrator.sglang.layout import DEFAULT_HOST, DEFAULT_PORT, ServerLayout
+from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT
 from orchestrator.sglang.multinode import DEFAULT_DIST_INIT_PORT, NodeGroup, node_group
 from orchestrator.sglang.preflight import Report
-from orchestrator.sglang.server_host import Desired
-from orchestrator.stages._pinning import launch_pin, missing_entry, refuse
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
-
-
-def _duration(v: Any) -> float:
-    return parse_duration(v)
+from orchestrator.stages.pin import pinned, refuse
+from orchestrator.stages.sglang_server import change, reads, rules
+from orchestrator.stages.sglang_server.layout import ServerLayout
+from orchestrator.stages.sglang_server.reads import Desired
+from orchestrator.stages.sglang_server.rules import ServerPin, launch_pin, pin_drift, version_drift
 
 
 class SpeculativeParams(Params):
@@ -170,7 +167,7 @@ class SGLangServerParams(Params):
                      "dist_init_wait", mode="before")
     @classmethod
     def _dur(cls, v: Any) -> float:
-        return _duration(v)
+        return parse_duration(v)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -209,6 +206,7 @@ class SGLangServer(Stage, kind="sglang_server"):
 
     Params = SGLangServerParams
     params: SGLangServerParams
+    Pin = ServerPin
 
     # ------------------------------------------------------------------ facts
     @property
@@ -226,8 +224,8 @@ class SGLangServer(Stage, kind="sglang_server"):
         env = launch.launch_env(p.cache_dir or self._layout.cache, p.env)
         fp = launch.fingerprint(
             args, env, sglang_version=venv.sglang,
-            model_identity=facts.identity(host, p.model_path) or "missing",
-            draft_identity=facts.identity(host, p.draft_model_path),
+            model_identity=reads.identity(host, p.model_path) or "missing",
+            draft_identity=reads.identity(host, p.draft_model_path),
             api_key=p.api_key, python=p.python,
         )
         return Desired(args, env, fp, group)
@@ -238,9 +236,9 @@ class SGLangServer(Stage, kind="sglang_server"):
         return rules.launch_mode(p.systemd, info)
 
     # ------------------------------------------------------------------ deploy --locked
-    def _lock_entry(self, desired: Desired, venv: VenvVersions) -> dict[str, Any]:
-        """The "lock" fact: SGLang version, launch args and env (names + hash), host paths
-        replaced by placeholders and --host by <host> (orchestrator.stages._pinning)."""
+    def _pin(self, desired: Desired, venv: VenvVersions) -> ServerPin:
+        """This launch's pin: SGLang version, launch args and env (names + hash), host paths
+        replaced by placeholders and --host by <host> (rules.py)."""
         p = self.params
         paths = {"model_path": p.model_path, "draft_model_path": p.draft_model_path,
                  "state_dir": p.state_dir, "cache_dir": p.cache_dir or self._layout.cache,
@@ -248,17 +246,15 @@ class SGLangServer(Stage, kind="sglang_server"):
         return launch_pin(desired.args, desired.env, paths, venv.sglang)
 
     @staticmethod
-    def _check_locked(ctx: StageContext, entry: dict[str, Any]) -> Needed | None:
-        """Refuse (dry run: report) a launch that differs from the locked one."""
-        verdict = missing_entry(ctx)
-        if verdict is not None:
-            return verdict
-        locked = ctx.locked or {}
-        drift = rules.lock_drift(entry, locked)
+    def _check_pin(ctx: StageContext, entry: ServerPin) -> Needed | None:
+        """Under --locked: refuse (dry run: report) a launch that differs from the pinned one."""
+        pin = pinned(ctx, ServerPin)
+        if not isinstance(pin, ServerPin):
+            return pin
+        drift = pin_drift(entry, pin)
         if drift:
             return refuse(ctx, "; ".join(drift))
-        version = rules.version_drift(entry["sglang_version"], locked.get("sglang_version"),
-                                      dry_run=ctx.dry_run)
+        version = version_drift(entry.sglang_version, pin.sglang_version, dry_run=ctx.dry_run)
         if version is None:
             return None
         kind, message = version
@@ -270,18 +266,17 @@ class SGLangServer(Stage, kind="sglang_server"):
         (the plan apply() receives), after the preflight refused what cannot work."""
         p = self.params
         status = host.fact(ServerStatus, state_dir=p.state_dir, host=p.host, port=p.port)
-        venv = facts.venv_versions(host, p.python, p.check_timeout)
+        venv = reads.venv_versions(host, p.python, p.check_timeout)
         desired = self._desired(host, venv, self._group(host, ctx))
-        entry = self._lock_entry(desired, venv)
-        ctx.record("lock", entry)
-        if ctx.locked is not None:
-            locked = self._check_locked(ctx, entry)
-            if locked is not None:
-                return locked
+        entry = self._pin(desired, venv)
+        ctx.record("pin", entry.to_json())
+        refused = self._check_pin(ctx, entry)
+        if refused is not None:
+            return refused
         gpu = self._check_stale(host, ctx, status)
         verdict = rules.server_verdict(status, desired.fingerprint, port=p.port,
                                        restart_after=p.restart_unhealthy_after)
-        broken = facts.group_broken(host, desired.group) if verdict.converged else None
+        broken = reads.group_broken(host, desired.group) if verdict.converged else None
         if verdict.converged and broken is None:
             return Converged(verdict.reason)
         return self._needed(host, ctx, broken or verdict.reason, status, desired, venv, gpu)
@@ -313,7 +308,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         report = None
         if p.preflight != "off":
             if ctx.dry_run and (not venv.sglang or
-                                facts.read_config(host, p.model_path) is None):
+                                reads.read_config(host, p.model_path) is None):
                 return Needed(reason + "; preflight deferred: the venv or the checkpoint is not "
                               "there yet (earlier stages would install it)")
             gpu = gpu or host.fact(GpuHealth)
@@ -328,9 +323,9 @@ class SGLangServer(Stage, kind="sglang_server"):
     def _preflight(self, host: Host, ctx: StageContext, desired: Desired, venv: VenvVersions,
                    gpu: GpuHealth, mode: str) -> Report:
         p = self.params
-        report = facts.preflight(host, ctx, p, desired, venv, gpu, mode)
+        report = reads.preflight(host, ctx, p, desired, venv, gpu, mode)
         if desired.group is not None:
-            facts.check_group(host, ctx, desired.group, report, p.dist_init_wait)
+            reads.check_group(host, ctx, desired.group, report, p.dist_init_wait)
         if report.problems and p.preflight == "enforce":
             report.raise_if_problems()
         for prob in report.problems:

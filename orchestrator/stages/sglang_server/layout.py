@@ -1,7 +1,8 @@
-"""Where the server lives: the files of its state dir and its default address (ONE place).
+"""Where the server lives: the files of its state dir (ONE place).
 
 The supervisor on the host names the same files (orchestrator/remote/server.py: PID_FILE,
-LOG_FILE, ...); `sglang_server`, `wait_ready` and the service commands use this class.
+LOG_FILE, ...); `sglang_server`, `sglang_router`, `wait_ready` and the service commands use this
+class. The API's default address and URL are SGLang's (orchestrator/sglang/api.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,6 @@ from orchestrator.remote.server import (
     PID_FILE,
     SUPERVISOR_FILE,
 )
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 30000
 
 
 @dataclass(frozen=True)
@@ -75,8 +73,3 @@ class ServerLayout:
         """The default JIT cache dir."""
         return self.path("cache")
 
-
-def local_url(host: str, port: int) -> str:
-    """The API's URL as seen on the host itself (a wildcard bind is reached on loopback)."""
-    addr = host if host not in ("0.0.0.0", "::") else DEFAULT_HOST
-    return f"http://{addr}:{port}"
