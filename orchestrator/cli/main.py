@@ -67,10 +67,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the run summary as JSON on stdout instead of the table")
     p.add_argument("--verify", action="store_true",
-                   help="take nothing on trust from earlier runs: hash every downloaded file "
-                        "again (the usual check hashes only the files whose size, mtime or "
-                        "inode changed since they were verified), and load the plan afresh "
-                        "(not from RUN_DIR/.plan-cache)")
+                   help="hash every downloaded file again (the usual check hashes only the "
+                        "files whose size, mtime or inode changed since they were verified)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
 
