@@ -198,8 +198,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     """`deploy` and `plan`: run orchestrator.deploy.deploy with a console view, then the summary.
 
     The run's first connections start opening (orchestrator.preconnect) as soon as the flags
-    are parsed and the inventory is read raw: the configuration models (pydantic), the console,
-    the run record, the stages and their templating are imported after, while the hosts answer.
+    are parsed and the inventory's hosts are read: the console, the run record, the stages and
+    their templating are imported after, while the hosts answer.
     """
     # no cyclic GC while the run is prepared; on_start freezes what that made (_resume_gc)
     gc.disable()
