@@ -29,28 +29,17 @@ from orchestrator.events import (
     RunLog,
     new_run_id,
 )
-from orchestrator.logs import configure, get_logger
+from orchestrator.logs import configure
 from orchestrator.options import RunOptions
 from orchestrator.pinfile import PinFile, build_pin, load_pin, write_pin
-from orchestrator.plan import (
-    Plan,
-    RenderedPlan,
-    Selection,
-    build_plan,
-    render_plan,
-    warn_secret_on_command_line,
-)
-from orchestrator.plancache import PlanCache
+from orchestrator.plan import Plan, Selection, build_plan, render_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.status import Status
 from orchestrator.summary import RunRecord, RunSummary
 
 if TYPE_CHECKING:
-    from orchestrator.config.reads import ReadLog
     from orchestrator.options import RollingOptions
     from orchestrator.preconnect import Preconnect
-
-log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -166,12 +155,10 @@ def deploy(
     try:
         # the stage kinds (and what they import) load while the first connections open
         import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
+        from orchestrator.config import load_all
 
-        cache = None
-        if options.plan_cache and not options.verify:
-            cache = PlanCache.for_run(run_dir, playbook_path, inventory_path, cli_vars, selection)
-        prepared = _Prepared(cache)
-        plan = prepared.plan(str(playbook_path), str(inventory_path), cli_vars, selection)
+        pb, inv = load_all(str(playbook_path), str(inventory_path), cli_vars)
+        plan = build_plan(pb, inv, selection)
         pin = load_pin(pin_path) if pin_path else None
         if pin is not None:
             options = replace(options, pin=pin)
@@ -179,8 +166,7 @@ def deploy(
                            options.dry_run, handlers, verbose)
         exit_code = Interrupted.exit_code
         try:
-            exit_code = _run(plan, prepared, session, cli_vars, options, pin, on_start,
-                             rolling, early)
+            exit_code = _run(plan, session, cli_vars, options, pin, on_start, rolling, early)
         except OrchestratorError as exc:  # e.g. a ConfigError found rendering: not a Ctrl-C
             exit_code = exc.exit_code
             raise
@@ -192,47 +178,8 @@ def deploy(
     return DeployOutcome(session.run_id, exit_code, session.record.summary, session.dir)
 
 
-class _Prepared:
-    """The plan of a run: from the plan cache when its inputs did not change, else loaded,
-    built and rendered (and then kept in the cache for the next run)."""
-
-    def __init__(self, cache: PlanCache | None) -> None:
-        self.cache = cache
-        self.cached: RenderedPlan | None = cache.load() if cache is not None else None
-        self.reads: ReadLog | None = None
-
-    def plan(self, playbook: str, inventory: str, cli_vars: dict[str, Any],
-             selection: Selection) -> Plan:
-        """The run's Plan (bad input raises ConfigError/PlanError)."""
-        if self.cached is not None:
-            return self.cached.plan
-        from orchestrator.config import load_all
-        from orchestrator.config.reads import RecordingEnviron, recording
-
-        with recording() as self.reads:
-            pb, inv = load_all(playbook, inventory, cli_vars,
-                               environ=RecordingEnviron(os.environ))
-        return build_plan(pb, inv, selection)
-
-    def render(self, plan: Plan, cli_vars: dict[str, Any]) -> RenderedPlan:
-        """Every node rendered for its host; the secrets go to the run's redactor either way,
-        and a cached plan's command-line secret warnings are said again."""
-        if self.cached is not None:
-            assert self.cache is not None
-            log.info("plan.cached", file=str(self.cache.path))
-            for values in self.cached.secrets.values():
-                REDACTOR.add(*values)
-            for host, stage in self.cached.secrets_on_command_line:
-                warn_secret_on_command_line(host, stage)
-            return self.cached
-        rendered = render_plan(plan, cli_vars, REDACTOR)
-        if self.cache is not None and self.reads is not None:
-            self.cache.store(rendered, self.reads)
-        return rendered
-
-
-def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str, Any],
-         options: RunOptions, pin: PinFile | None,
+def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,
+         pin: PinFile | None,
          on_start: Callable[[DeployStart], None] | None,
          rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
     from orchestrator.run.parallel import ParallelRun
@@ -241,7 +188,7 @@ def _run(plan: Plan, prepared: _Prepared, session: _Session, cli_vars: dict[str,
 
     # every node rendered for its host before any is touched (a ConfigError is exit 2);
     # a dry run's agents write nothing for themselves on the hosts (no code cache)
-    state = RunState(prepared.render(plan, cli_vars), session.bus, options=options,
+    state = RunState(render_plan(plan, cli_vars, REDACTOR), session.bus, options=options,
                      transport_factory=partial(make_transport, read_only=options.dry_run))
     if rolling is None:
         runner = ParallelRun(state, preconnected=early)

@@ -28,9 +28,6 @@ class RunOptions:
     sleep: Callable[[float], None] = time.sleep
     #: open the first hosts' connections while the run is still being prepared (preconnect)
     preconnect: bool = True
-    #: take the rendered plan from the last run when its inputs did not change (plancache);
-    #: never with `verify`
-    plan_cache: bool = True
 
 
 @dataclass(frozen=True)

@@ -153,8 +153,6 @@ class RenderedPlan:
     plan: Plan
     nodes: dict[str, dict[str, Node]]
     secrets: dict[str, set[str]]
-    #: (host, stage) of the nodes whose commands hold a secret (warned about when rendered)
-    secrets_on_command_line: list[tuple[str, str]] = field(default_factory=list)
 
     def node(self, host: str, sid: str) -> Node:
         """The rendered node of one stage on one host."""
@@ -173,14 +171,12 @@ def render_plan(
     Each host's secret values go to `secrets` (the run's redactor) as soon as they are known,
     so that an error message rendered later is masked too.
     """
-    # here, not at the top: a run whose plan comes from the plan cache renders nothing
     from orchestrator.config.variables import host_variables, secret_values
 
     kinds = stage_kinds()
     problems: list[ConfigProblem] = []
     nodes: dict[str, dict[str, Node]] = {}
     host_secrets: dict[str, set[str]] = {}
-    on_command_line: list[tuple[str, str]] = []
     for host in plan.hosts:
         try:
             variables = host_variables(plan.playbook, plan.inventory, host, cli_vars or {})
@@ -199,11 +195,10 @@ def render_plan(
                 problems += exc.problems
                 continue
             if _secret_on_command_line(node, kinds, mine):
-                on_command_line.append((host, sid))
                 warn_secret_on_command_line(host, sid)
     if problems:
         raise ConfigError(list(dict.fromkeys(problems)))
-    return RenderedPlan(plan, nodes, host_secrets, on_command_line)
+    return RenderedPlan(plan, nodes, host_secrets)
 
 
 def _secret_on_command_line(node: Node, kinds: dict[str, Any], secrets: set[str]) -> bool:

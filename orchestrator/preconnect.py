@@ -1,107 +1,45 @@
 """Connections opened while a deploy is still being prepared.
 
-Which hosts a deploy touches, and how each is reached, can be read from the inventory and the
-playbook as written, before either is validated: the inventory's hosts (with its `defaults:`),
---limit, and the `hosts:` of the playbook and of its stages. Opening a host's connection (the
-SSH handshake, then the agent's start) takes ~0.25 s, mostly waiting on the host. So the command
-line starts the first hosts' connections right after it parsed its flags: it reads both files
-raw (PyYAML's safe loader, the C one when there is one), imports the transports (paramiko and
-Fabric, no pydantic) and starts one thread per host, and only then imports the configuration
-models, validates, renders and imports the stages, while the hosts answer.
+Which hosts a deploy touches, and how each is reached, can be told from the inventory and the
+playbook as written: the inventory's hosts (with its `defaults:`), --limit, and the `hosts:` of
+the playbook and of its stages. Opening a host's connection (the SSH handshake, then the agent's
+start) takes ~0.25 s, mostly waiting on the host. So the command line starts the first hosts'
+connections right after it parsed its flags: it reads both files raw (PyYAML's safe loader, the
+C one when there is one), validates the inventory's hosts with the inventory's own models
+(orchestrator.config.model: HostSpec's fields and defaults, nothing copied), and starts one
+thread per host; the loader, templating and the stages are imported, and the playbook validated
+and rendered, while the hosts answer.
 
-What was read raw is checked against what validation says when the runner claims a host's
-connection (`Preconnect.claim`): the connection settings read early (`EarlySpec`) must equal the
-validated host's, else the early connection is closed and the runner connects as it always
-did. What nobody claims (the validated plan left the host out, the run stopped early) is closed
-by `close()`.
+When the runner reaches a host it claims its connection (`Preconnect.claim`): it is used only
+when the loaded host is reached the same way (every setting but its vars), else it is closed and
+the runner connects as it always did. What nobody claims (the plan left the host out, the run
+stopped early) is closed by `close()`.
 
 Only the first `forks` hosts are opened early (the runner works on that many at a time; the
 others connect when their turn comes). Anything unusual means no early connection: a file that
-is not our YAML format (an Ansible inventory), a `hosts:` that is not plain names and patterns,
---only/--skip/--from, a --limit that matches nothing; and, for one host, a connection setting
-that is templated, tagged (`!env`) or of an unexpected type. Every check and error message
-stays the plan's.
+is not plainly our YAML format (an Ansible inventory), a `hosts:` that is not plain names and
+patterns, --only/--skip/--from, a --limit that matches nothing; and, for one host, a setting
+that is templated or tagged (`!env`). Every check and error message stays the plan's.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from orchestrator import logs
-from orchestrator.config.durations import parse_duration
 from orchestrator.errors import OrchestratorError
-from orchestrator.selection import members, resolve_hosts
+from orchestrator.selection import resolve_hosts
 
 if TYPE_CHECKING:
-    from orchestrator.config.model import HostSpec
+    from orchestrator.config.model import HostSpec, Inventory
     from orchestrator.options import RunOptions
     from orchestrator.selection import HostTable, Selection
 
 OnWait = Callable[[int, float, BaseException], None]
-
-
-@dataclass(frozen=True)
-class EarlySpec:
-    """How to reach one host, read from the inventory before it is validated: the fields of
-    orchestrator.config.model.HostSpec that the transports use, with HostSpec's defaults."""
-
-    name: str
-    address: str | None = None
-    port: int | None = None
-    user: str | None = None
-    identity_file: str | None = None
-    connection: str = "ssh"
-    host_key_policy: str = "strict"
-    known_hosts: str | None = None
-    ssh_config: str | None = None
-    connect_timeout: float = 10.0
-    connect_budget: float = 600.0
-    wait_for_host: float | None = None
-    become_password: str | None = field(default=None, repr=False)
-
-    @classmethod
-    def of(cls, spec: HostSpec | EarlySpec) -> EarlySpec:
-        """The same fields of a validated HostSpec."""
-        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
-
-    @classmethod
-    def read(cls, name: str, raw: Mapping[str, Any]) -> EarlySpec | None:
-        """From a host's settings as written (its `defaults:` applied); None when one of them is
-        not plainly what validation would take as is (a template, a tag, another type)."""
-        values: dict[str, Any] = {"name": name}
-        for f in fields(cls):
-            if f.name == "name" or f.name not in raw:
-                continue
-            value = raw[f.name]
-            if value is None:
-                pass
-            elif f.name in _DURATIONS:
-                try:
-                    value = parse_duration(value)
-                except ValueError:
-                    return None
-            elif f.name == "port":
-                if type(value) is not int or not 1 <= value <= 65535:
-                    return None
-            elif f.name in _CHOICES:
-                if value not in _CHOICES[f.name]:
-                    return None
-            elif not isinstance(value, str) or "{{" in value or "{%" in value:
-                return None
-            values[f.name] = value
-        for f in ("connection", "host_key_policy", "connect_timeout", "connect_budget"):
-            if values.get(f, "") is None:
-                return None  # validation refuses null here
-        return cls(**values)
-
-
-_DURATIONS = ("connect_timeout", "connect_budget", "wait_for_host")
-_CHOICES = {"connection": ("ssh", "local"), "host_key_policy": ("strict", "accept-new")}
 
 
 class _Opaque:
@@ -133,77 +71,43 @@ def _raw_yaml(path: str) -> Any:
         raise ValueError(str(exc)) from None
 
 
-class RawInventory:
-    """An inventory file of ours as written: each host's settings with `defaults:` applied, and
-    the groups, enough to tell a deploy's hosts (orchestrator.selection.HostTable)."""
+def read_inventory(path: str) -> tuple[Inventory, set[str]] | None:
+    """PATH read raw and validated with the inventory's own models (`defaults:` applied, the
+    hosts' vars left out), and the hosts whose settings are written plainly (no template, no
+    tag): only those can be reached before loading. None when PATH is not plainly our format or
+    does not validate so (an Ansible inventory, a tag where a setting must be text...): the
+    loader then says what it is."""
+    from orchestrator.config.model import Inventory
 
-    def __init__(self, source: str, hosts: dict[str, dict[str, Any]],
-                 groups: dict[str, list[str]]) -> None:
-        self._source = source
-        self._hosts = hosts
-        self._groups = groups
-        self._host_groups = {n: h["groups"] for n, h in hosts.items()}
-
-    @classmethod
-    def read(cls, path: str) -> RawInventory | None:
-        """PATH read raw; None when it is not plainly our format (leave it to the loader)."""
-        try:
-            data = _raw_yaml(path)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
-            return None
+    try:
+        data = _raw_yaml(path)
         defaults = data.get("defaults") or {}
-        groups = data.get("groups") or {}
-        if not isinstance(defaults, dict) or not isinstance(groups, dict):
-            return None
-        hosts: dict[str, dict[str, Any]] = {}
+        hosts, plain = {}, set()
         for name, spec in data["hosts"].items():
-            spec = {} if spec is None else spec
-            if not isinstance(name, str) or not isinstance(spec, dict):
-                return None
-            merged = {**defaults, **spec}
-            names = _names(merged.get("groups"))
-            if names is None:
-                return None
-            hosts[name] = {**merged, "groups": names}
-        listed: dict[str, list[str]] = {}
-        for name, group in groups.items():
-            group = {} if group is None else group
-            names = _names(group.get("hosts")) if isinstance(group, dict) else None
-            if names is None:
-                return None
-            listed[name] = names
-        return cls(path, hosts, listed)
-
-    @property
-    def hosts(self) -> dict[str, dict[str, Any]]:
-        """Host name -> its settings as written (`defaults:` applied)."""
-        return self._hosts
-
-    @property
-    def source(self) -> str | None:
-        """The file it was read from."""
-        return self._source
-
-    def group_names(self) -> set[str]:
-        """Every group: those under `groups:` and those hosts name."""
-        return set(self._groups) | {g for gs in self._host_groups.values() for g in gs}
-
-    def group_members(self, group: str) -> list[str]:
-        """Host names in a group."""
-        return members(group, self._groups.get(group, []), self._host_groups)
-
-    def spec(self, name: str) -> EarlySpec | None:
-        """How to reach host NAME, when its settings can be told before validation."""
-        return EarlySpec.read(name, self._hosts[name])
+            entry = {k: v for k, v in {**defaults, **(spec or {})}.items() if k != "vars"}
+            if _plain(entry):
+                plain.add(name)
+            else:  # reached as the loaded inventory says; its groups still count
+                entry = {k: v for k, v in entry.items() if k == "groups"}
+            hosts[name] = {**entry, "name": name}
+        return Inventory.model_validate({"hosts": hosts, "groups": data.get("groups") or {}}), plain
+    except (ValueError, TypeError, AttributeError, KeyError):  # pydantic's ValidationError too
+        return None
 
 
-def _names(value: Any) -> list[str] | None:
-    """A name or a list of names as written (None/absent: []), as the models' `_one_or_many`
-    validators take them; None when it is something else."""
-    names = [value] if isinstance(value, str) else (value or [])
-    return names if isinstance(names, list) and all(isinstance(n, str) for n in names) else None
+def _plain(value: Any) -> bool:
+    """VALUE is what it will be once loaded: no template and no tag in it."""
+    if isinstance(value, dict):
+        return all(_plain(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    templated = isinstance(value, str) and ("{{" in value or "{%" in value)
+    return value is not _OPAQUE and not templated
+
+
+def _reached_as(spec: HostSpec) -> dict[str, Any]:
+    """How a host is reached: all of its settings but its vars (data the early read leaves out)."""
+    return spec.model_dump(exclude={"vars"})
 
 
 def for_deploy(playbook: str, inventory: str, selection: Selection, options: RunOptions,
@@ -213,11 +117,12 @@ def for_deploy(playbook: str, inventory: str, selection: Selection, options: Run
     `options.preconnect` is off."""
     if not options.preconnect or rolling or selection.only or selection.from_ or selection.skip:
         return None
-    raw = RawInventory.read(inventory)
-    if raw is None:
+    read = read_inventory(inventory)
+    if read is None:
         return None
-    names = early_hosts(playbook, raw, selection.limit)[:max(1, options.forks)]
-    specs = [s for s in map(raw.spec, names) if s is not None]
+    inv, plain = read
+    names = early_hosts(playbook, inv, selection.limit)[:max(1, options.forks)]
+    specs = [inv.hosts[name] for name in names if name in plain]
     if not specs:
         return None
     from orchestrator.transports import make_transport
@@ -264,11 +169,11 @@ def _patterns(value: Any) -> list[str] | None:
 class Preconnect:
     """Connections to some hosts, opening in the background until the runner claims them."""
 
-    def __init__(self, specs: list[EarlySpec] | list[HostSpec], factory: Callable[..., Any],
-                 budget: Callable[[Any], float]) -> None:
+    def __init__(self, specs: list[HostSpec], factory: Callable[..., Any],
+                 budget: Callable[[HostSpec], float]) -> None:
         self._lock = threading.Lock()
         self._closed = False
-        self._specs = {spec.name: EarlySpec.of(spec) for spec in specs}
+        self._specs = {spec.name: spec for spec in specs}
         self._pending: dict[str, Future[Any]] = {}
         self._waits: dict[str, list[tuple[int, float, BaseException]]] = {}
         self._relay: dict[str, OnWait] = {}
@@ -285,7 +190,7 @@ class Preconnect:
         with self._lock:
             return list(self._pending)
 
-    def _open(self, spec: Any, fut: Future[Any], factory: Callable[..., Any],
+    def _open(self, spec: HostSpec, fut: Future[Any], factory: Callable[..., Any],
               budget: float) -> None:
         def on_wait(attempt: int, elapsed: float, error: BaseException) -> None:
             with self._lock:
@@ -316,7 +221,7 @@ class Preconnect:
             fut = self._pending.pop(host, None)
             if fut is None:
                 return None
-            if EarlySpec.of(spec) != self._specs[host]:
+            if _reached_as(spec) != _reached_as(self._specs[host]):
                 fut.add_done_callback(_close_result)
                 return None
             self._relay[host] = on_wait

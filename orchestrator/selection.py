@@ -1,9 +1,8 @@
 """What a deploy is asked to touch: the command line's selection (--limit, --only, --from,
 --skip) and the hosts that host patterns name in an inventory.
 
-Stdlib only, so that a deploy can tell its hosts before it imports the validated configuration
-models (orchestrator.preconnect reads the inventory raw, then validates later); the plan
-(orchestrator.plan) uses the same rules on the validated inventory.
+Stdlib only: the configuration models (orchestrator.config.model) use its group rule, the plan
+(orchestrator.plan) and the early connections (orchestrator.preconnect) its host patterns.
 """
 
 from __future__ import annotations
@@ -46,8 +45,7 @@ class Selection:
 
 
 class HostTable(Protocol):
-    """An inventory as host patterns see it: orchestrator.config.model.Inventory, or the raw
-    read of orchestrator.preconnect."""
+    """An inventory as host patterns see it (orchestrator.config.model.Inventory)."""
 
     @property
     def hosts(self) -> Mapping[str, Any]:

@@ -329,9 +329,7 @@ class Bench:
             env.pop("PYTHONPATH", None)
         cwd, after, runs = REPO, None, self.work / "runs" / f"{n}-{tag or repeat}"
         if tool == "orchestrator":
-            # one run dir per host count, kept from run to run as an operator's runs/ is: a
-            # re-run finds the last run's plan there (orchestrator.plancache), and the first
-            # run at each size (the untimed one, with --warm-each) loads it afresh
+            # one run dir per host count, kept from run to run as an operator's runs/ is
             runs = self.work / "runs" / f"orchestrator-{n}"
             env["ORCHESTRATOR_RUN_DIR"] = str(runs)
             argv = [*self.orchestrator, "deploy", str(PLAYBOOK), "-i", str(self.inventory_path)]

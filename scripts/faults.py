@@ -151,7 +151,7 @@ class Run:
 
     @property
     def run_dir(self) -> Path | None:
-        dirs = [p for p in self.runs.iterdir()  # .plan-cache/ is not a run
+        dirs = [p for p in self.runs.iterdir()
                 if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")]
         return dirs[0] if len(dirs) == 1 else None
 

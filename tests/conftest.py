@@ -101,6 +101,7 @@ SLOWEST_MODULES = {
     "tests/security/test_secrets.py": 52,
     "tests/security/test_injection.py": 52,
     "tests/runner/test_deploy_ssh.py": 47,
+    "tests/e2e/test_dry_run_trace.py": 40,
     "tests/sim/test_standin_http_fidelity.py": 43,
     "tests/transports/test_contract.py": 39,
     "tests/e2e/test_multinode.py": 39,

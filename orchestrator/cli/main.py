@@ -67,10 +67,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the run summary as JSON on stdout instead of the table")
     p.add_argument("--verify", action="store_true",
-                   help="take nothing on trust from earlier runs: hash every downloaded file "
-                        "again (the usual check hashes only the files whose size, mtime or "
-                        "inode changed since they were verified), and load the plan afresh "
-                        "(not from RUN_DIR/.plan-cache)")
+                   help="hash every downloaded file again (the usual check hashes only the "
+                        "files whose size, mtime or inode changed since they were verified)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug-level events")
 
 
@@ -204,8 +202,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     """`deploy` and `plan`: run orchestrator.deploy.deploy with a console view, then the summary.
 
     The run's first connections start opening (orchestrator.preconnect) as soon as the flags
-    are parsed and the inventory is read raw: the configuration models (pydantic), the console,
-    the run record, the stages and their templating are imported after, while the hosts answer.
+    are parsed and the inventory's hosts are read: the console, the run record, the stages and
+    their templating are imported after, while the hosts answer.
     """
     # no cyclic GC while the run is prepared; on_start freezes what that made (_resume_gc)
     gc.disable()

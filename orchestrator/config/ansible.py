@@ -59,7 +59,6 @@ from orchestrator.config.ansible_parse import (
     kind_of,
     val_at,
 )
-from orchestrator.config.reads import note_incomplete
 from orchestrator.config.templating import Data, is_template
 from orchestrator.config.yamlsrc import YamlDoc, load_yaml, read_text
 from orchestrator.errors import ConfigError, ConfigProblem, Location
@@ -214,9 +213,6 @@ def _merged_vars(
 def _translate(inv: Inventory, environ: Any) -> tuple[YamlDoc | None, list[ConfigProblem]]:
     """Our format's data for an Ansible inventory, every value located where it was written
     (None without hosts), and the problems found on the way."""
-    # group_vars/ and host_vars/ are looked for by name: a file that appears there later
-    # changes the result though no file read here changed
-    note_incomplete("an Ansible inventory reads group_vars/ and host_vars/ folders")
     files = _VarsFiles(inv, environ)
     doc = YamlDoc(source=inv.source, data=None)
     hosts: dict[str, Any] = {}

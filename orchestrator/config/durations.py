@@ -1,8 +1,7 @@
 """Durations as written in playbooks, inventories and flags: 30, 2.5, "30s", "10m", "1h", "500ms".
 
-Its own module (stdlib only) so that what runs before a deploy's first connection (the command
-line's --wait-for-host, the inventory's `connect_timeout:` read by orchestrator.preconnect) need
-not import the pydantic models of orchestrator.config.model, which use it too.
+Its own module (stdlib only) so that the command line can read --wait-for-host without
+importing the pydantic models of orchestrator.config.model, which use it too.
 """
 
 from __future__ import annotations

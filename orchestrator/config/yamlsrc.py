@@ -46,7 +46,6 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from orchestrator.config.reads import note_file
 from orchestrator.config.templating import Data
 from orchestrator.errors import ConfigError, ConfigProblem, Location
 from orchestrator.redact import is_secret_name
@@ -287,7 +286,6 @@ def read_text(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) 
         )]) from None
     if len(raw) > max_bytes:
         raise ConfigError([_too_big(source, len(raw), max_bytes)])
-    note_file(source, raw)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -1,5 +1,5 @@
 """Connections opened while a deploy is being prepared (orchestrator.preconnect): the hosts opened
-early are the plan's own, read raw they are reached as the validated inventory says, the runner
+early are the plan's own, read early they are reached as the loaded inventory says, the runner
 uses them instead of connecting again (unless they were opened otherwise), and what nobody
 claims is closed."""
 
@@ -18,7 +18,7 @@ from orchestrator import logs
 from orchestrator.config import load_all, load_inventory
 from orchestrator.config.model import HostSpec
 from orchestrator.plan import Selection, build_plan
-from orchestrator.preconnect import EarlySpec, Preconnect, RawInventory, early_hosts
+from orchestrator.preconnect import Preconnect, _reached_as, early_hosts, read_inventory
 from orchestrator.transports import make_transport
 from tests.runner.helpers import cli, local_inventory, write_yaml
 from tests.sshd import SSHServer
@@ -60,9 +60,9 @@ def test_the_hosts_opened_early_are_the_plans(case: str, tmp_path: Path) -> None
     selection = Selection.from_args(limit, None, None, None)
     plan = build_plan(pb, inv, selection)
     assert early_hosts(str(pb_path), load_inventory(inv_path), selection.limit) == plan.hosts
-    raw = RawInventory.read(str(inv_path))
-    assert raw is not None
-    assert early_hosts(str(pb_path), raw, selection.limit) == plan.hosts
+    read = read_inventory(str(inv_path))
+    assert read is not None
+    assert early_hosts(str(pb_path), read[0], selection.limit) == plan.hosts
 
 
 @pytest.mark.parametrize("hosts", ["{{ target }}", ["gpu", "{{ more }}"], {"a": 1}])
@@ -107,7 +107,7 @@ def test_a_connection_opened_otherwise_than_the_validated_host_says_is_not_used(
     early connection (it connects as the validated inventory says), and the early one is
     closed."""
     lock = str(tmp_path / "a.lock")
-    early = Preconnect([EarlySpec(name="a", connection="local")], make_transport,
+    early = Preconnect([HostSpec(name="a", connection="local")], make_transport,
                        budget=lambda spec: 10.0)
     try:
         fut = early._pending["a"]
@@ -141,29 +141,31 @@ groups:
 """
 
 
-def test_the_raw_read_reaches_each_host_as_validation_says(
+def test_the_early_read_reaches_each_host_as_loading_does(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read raw, a host's connection settings equal the validated ones (`defaults:` applied,
-    durations parsed); a setting that only loading can tell (a template, a tag, a port
-    written as text) leaves that host to the runner; groups resolve the same."""
+    """Read early, a host's settings equal the loaded ones (`defaults:` applied, durations
+    parsed, a port written as text taken as the loader takes it); a setting that only loading
+    can tell (a template, a tag) leaves that host to the runner; groups resolve the same."""
     monkeypatch.setenv("HF_TOKEN", "hf_x")
     monkeypatch.setenv("GPU4_ADDRESS", "10.0.0.4")
     path = tmp_path / "inv.yaml"
     path.write_text(RAW_INVENTORY)
-    raw = RawInventory.read(str(path))
-    assert raw is not None
+    read = read_inventory(str(path))
+    assert read is not None
+    early, plain = read
     inv = load_inventory(path)
-    told = {name: raw.spec(name) for name in raw.hosts}
-    assert [n for n, spec in told.items() if spec is None] == ["gpu-3", "gpu-4", "gpu-5"]
-    for name, spec in told.items():
-        if spec is not None:
-            assert spec == EarlySpec.of(inv.hosts[name]), name
-    assert told["gpu-2"] == EarlySpec(name="gpu-2", address="10.0.0.2", port=22, user="deploy",
-                                      identity_file="~/.ssh/id_ed25519", connect_timeout=5.0,
-                                      connect_budget=120.0, host_key_policy="accept-new")
+    assert list(early.hosts) == list(inv.hosts)
+    assert sorted(set(early.hosts) - plain) == ["gpu-3", "gpu-4"]
+    for name in plain:
+        assert _reached_as(early.hosts[name]) == _reached_as(inv.hosts[name]), name
+    assert early.hosts["gpu-5"].port == 22
+    gpu_2 = HostSpec(name="gpu-2", address="10.0.0.2", port=22, user="deploy",
+                     identity_file="~/.ssh/id_ed25519", connect_timeout=5.0,
+                     connect_budget=120.0, host_key_policy="accept-new")
+    assert _reached_as(early.hosts["gpu-2"]) == _reached_as(gpu_2)
     for group in ("gpu", "hv", "all-gpu"):
-        assert raw.group_members(group) == inv.group_members(group), group
-    assert raw.group_names() == inv.group_names()
+        assert early.group_members(group) == inv.group_members(group), group
+    assert early.group_names() == inv.group_names()
 
 
 @pytest.mark.parametrize("text", [
@@ -175,8 +177,8 @@ def test_the_raw_read_reaches_each_host_as_validation_says(
 def test_an_inventory_not_plainly_ours_is_left_to_the_loader(text: str, tmp_path: Path) -> None:
     path = tmp_path / "inv.yaml"
     path.write_text(text)
-    assert RawInventory.read(str(path)) is None
-    assert RawInventory.read(str(tmp_path / "missing.yaml")) is None
+    assert read_inventory(str(path)) is None
+    assert read_inventory(str(tmp_path / "missing.yaml")) is None
 
 
 def test_a_deploy_opens_one_connection_per_host(ssh_server: SSHServer, tmp_path: Path) -> None:
@@ -232,18 +234,17 @@ def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
 
 
 #: imported by a deploy only after its first connection has started
-LATE = ("pydantic", "jinja2", "rich", "structlog", "orchestrator.config.model",
-        "orchestrator.config.loader", "orchestrator.plan", "orchestrator.events",
-        "orchestrator.deploy", "orchestrator.cli.console", "orchestrator.stages",
-        "orchestrator.run")
+LATE = ("jinja2", "rich", "structlog", "orchestrator.config.loader", "orchestrator.plan",
+        "orchestrator.events", "orchestrator.deploy", "orchestrator.cli.console",
+        "orchestrator.stages", "orchestrator.run")
 
 
 def test_the_way_to_the_first_connection_imports_nothing_it_does_not_need(
         tmp_path: Path) -> None:
     """In a fresh interpreter, at the moment the first connection starts (socket.connect, PEP
-    578 audit hook): what `orchestrator deploy` runs before it (the command line, the inventory
-    and playbook read raw, the early hosts picked, the transport made) leaves the configuration
-    models (pydantic), templating, the console, structlog, the run record and the stages
+    578 audit hook): what `orchestrator deploy` runs before it (the command line, the
+    inventory's hosts validated and the playbook read raw, the early hosts picked, the transport
+    made) leaves the loader, templating, the console, structlog, the run record and the stages
     unimported."""
     with socket.socket() as s:  # a loopback port nobody listens on: the connect is refused
         s.bind(("127.0.0.1", 0))
