@@ -33,8 +33,10 @@ test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first 
 router-wheels: venv  ## the real sglang-router wheel + deps, once, into .cache/ (router tests use it)
 	$(BIN)/python scripts/fetch_router_wheels.py
 
-lint: venv  ## ruff
-	$(BIN)/ruff check orchestrator sim tests scripts bench
+lint: venv  ## ruff, and ARCHITECTURE.md's layer table as import contracts (lint-imports)
+	$(BIN)/ruff check orchestrator tests scripts bench sim
+	$(BIN)/python scripts/contracts.py --check
+	$(BIN)/lint-imports --no-logo
 
 bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
