@@ -146,7 +146,6 @@ class PipInstallStage(Stage, kind="pip_install"):
     Params = PipInstallParams
     params: PipInstallParams
     Pin = PipPin
-    _python_error: str = ""
 
     # ------------------------------------------------------------------ helpers
 
@@ -164,8 +163,8 @@ class PipInstallStage(Stage, kind="pip_install"):
         return env
 
     def _installed(self, host: Host, ctx: StageContext) -> tuple[dict[str, str | None],
-                                                                  dict[str, str]] | None:
-        """Installed versions by requirement name and the marker environment; None if the
+                                                                  dict[str, str]] | str:
+        """Installed versions by requirement name and the marker environment; the error if the
         python does not run (the venv is not there yet)."""
         names = sorted({Requirement(r).name for r in self.params.requirements})
         env = {**ctx.env, **self.params.env}
@@ -177,8 +176,7 @@ class PipInstallStage(Stage, kind="pip_install"):
         r = host.run_argv([self.params.python, "-c", _VERSIONS, json.dumps(names)],
                           timeout=QUICK, env=env)
         if not r.ok:
-            self._python_error = r.tail(3).strip() or f"exit code {r.exit_code}"
-            return None
+            return r.tail(3).strip() or f"exit code {r.exit_code}"
         found = InstalledDistributions.from_answer(last_json_line(r.stdout))
         if found.versions is None or found.env is None:
             raise StageError(
@@ -276,8 +274,8 @@ class PipInstallStage(Stage, kind="pip_install"):
             if refusals:
                 return refuse(ctx, "; ".join(refusals))
         found = self._installed(host, ctx)
-        if found is None:
-            return Needed(f"{self.params.python} does not run yet ({self._python_error})")
+        if isinstance(found, str):
+            return Needed(f"{self.params.python} does not run yet ({found})")
         versions, marker_env = found
         problems = self._evaluate(versions, marker_env, requirements)
         self._record(ctx, versions, marker_env)
@@ -291,9 +289,9 @@ class PipInstallStage(Stage, kind="pip_install"):
     def apply(self, host: Host, ctx: StageContext) -> None:
         p = self.params
         found = self._installed(host, ctx)
-        if found is None:
+        if isinstance(found, str):
             raise StageError(
-                f"{p.python} does not run: {self._python_error}",
+                f"{p.python} does not run: {found}",
                 hint="create the venv first (a python_venv stage in `needs:`)",
             )
         todo = [text for text, _ in self._evaluate(*found, self._requirements(ctx))]
@@ -313,8 +311,8 @@ class PipInstallStage(Stage, kind="pip_install"):
 
     def verify(self, host: Host, ctx: StageContext) -> None:
         found = self._installed(host, ctx)
-        if found is None:
-            raise StageError(f"{self.params.python} no longer runs: {self._python_error}")
+        if isinstance(found, str):
+            raise StageError(f"{self.params.python} no longer runs: {found}")
         problems = self._evaluate(*found, self._requirements(ctx))
         self._record(ctx, *found)
         if problems:
