@@ -1,15 +1,6 @@
 """The `pip_install` stage kind: make a venv's installed distributions satisfy requirements.
 
-    - id: packages
-      uses: pip_install
-      needs: [venv]
-      with:
-        python: /opt/orchestrator/venvs/sglang/bin/python
-        index_url: https://pypi.org/simple        # passed as PIP_INDEX_URL, never on argv
-        requirements:
-          - sglang==0.5.23
-          - compressed-tensors>=0.10.0           # nvfp4-pack-quantized needs >= 0.10.0
-          - huggingface_hub==2.4.0
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Check (no pip involved): the agent reads the installed version of every requirement's
 distribution from the venv's site-packages (dist-info METADATA, as importlib.metadata does) and

@@ -1,12 +1,6 @@
 """The `python_venv` stage kind: a virtual environment on the host whose python and pip work.
 
-    - id: venv
-      uses: python_venv
-      with:
-        path: /opt/orchestrator/venvs/sglang
-        python: python3                 # interpreter on the host that creates the venv
-        system_site_packages: false
-        pip_index_url: https://pypi.org/simple   # optional: only used to repair a missing pip
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Converged when `PATH/bin/python` runs, `PATH/bin/python -m pip --version` works and the venv's
 `include-system-site-packages` matches. The check reads this from the venv's files first (agent

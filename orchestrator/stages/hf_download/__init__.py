@@ -1,16 +1,6 @@
 """The `hf_download` stage kind: one revision of a hub repo, complete and verified, on disk.
 
-    - id: drafter
-      uses: hf_download
-      needs: [packages]                  # the python below needs huggingface_hub
-      with:
-        python: /opt/orchestrator/venvs/sglang/bin/python
-        repo: lightseekorg/kimi-k2.6-eagle3
-        revision: 0123456789abcdef0123456789abcdef01234567   # pin a commit; a branch warns
-        local_dir: /opt/orchestrator/models/kimi-k2.6-eagle3
-        endpoint: https://huggingface.co                      # HF_ENDPOINT
-        token: "{{ hf_token }}"                               # HF_TOKEN, environment only
-        allow_patterns: ["*.json", "*.safetensors", "tiktoken.model", "*.py"]
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Everything runs ON the host with `python` (which must have huggingface_hub):
 

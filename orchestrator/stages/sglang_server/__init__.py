@@ -1,24 +1,6 @@
 """The `sglang_server` stage kind: launch SGLang (once), refusing bad launches before they start.
 
-    - id: server
-      uses: sglang_server
-      needs: [packages, inspect]
-      with:
-        python: "{{ venv }}/bin/python"
-        model_path: "{{ target_dir }}"
-        draft_model_path: "{{ drafter_dir }}"
-        tp: 8
-        speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
-        host: "{{ sglang_host }}"
-        port: "{{ sglang_port }}"
-        served_model_name: kimi-k2.6
-        tool_call_parser: kimi_k2
-        reasoning_parser: kimi_k2
-        mem_fraction_static: 0.88
-        api_key: "{{ api_key }}"          # secret: never on argv, in logs or in the run record
-        env: {NCCL_P2P_LEVEL: SYS}
-        extra_args: []
-        state_dir: "{{ base_dir }}/run"   # pid file, log, fingerprint, launch spec, key file
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 check: converged when the server recorded in `state_dir` is alive (the same process, not a
 recycled pid), was launched with the same FINGERPRINT (arguments, environment, SGLang version,

@@ -1,16 +1,6 @@
 """The `wait_ready` stage kind: wait for SGLang to serve, then prove it serves the right thing.
 
-    - id: ready
-      uses: wait_ready
-      needs: [server]
-      with:
-        url: "http://{{ sglang_host }}:{{ sglang_port }}"   # as seen ON the host
-        api_key: "{{ api_key }}"                           # secret
-        timeout: 30m
-        poll_interval: 2s
-        state_dir: "{{ base_dir }}/run"                    # sglang_server's: pid + log
-        expect_architectures: [KimiK25ForConditionalGeneration]
-        min_accept_length: 1.2                             # speculation must really work
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Polls FROM THE HOST through the agent's `http` probe: connection refused (weights loading) or 503
 (warming up) mean "still starting"; the console shows the elapsed time and the server's latest
