@@ -55,6 +55,7 @@ from orchestrator.pinfile import StagePin
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.host_health_rules import version_less
 from orchestrator.stages.pin import differs, pinned
 
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout
@@ -322,7 +323,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
         r = host.run_argv([p.python, "-m", "pip", "--version"], timeout=QUICK, env=env)
         m = _PIP_VERSION.match(r.stdout.strip()) if r.ok else None
-        if m and _version_tuple(m.group(1)) >= (22, 3):
+        if m and not version_less(m.group(1), "22.3"):
             host_env = dict(env)
             if p.pip_index_url:
                 host_env["PIP_INDEX_URL"] = p.pip_index_url
@@ -353,16 +354,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
     def _debian_hint(self, host: Host, ctx: StageContext, version: str | None = None) -> str:
         return debian_venv_hint(version or self._base_version(host, ctx))
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        digits = re.match(r"\d+", piece)
-        if not digits:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
 
 
 def debian_venv_hint(version: str | None) -> str:

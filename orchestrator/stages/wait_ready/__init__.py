@@ -199,7 +199,7 @@ class WaitReady(Stage, kind="wait_ready"):
             ctx.sleep(p.poll_interval)  # Ctrl-C ends the wait (a real load takes 15+ minutes)
 
     # ------------------------------------------------------------------ apply
-    def apply(self, host: Host, ctx: StageContext, plan: Any = None) -> None:
+    def apply(self, host: Host, ctx: StageContext) -> None:
         """Wait for /health, then verify the model, a chat reply and the accept length."""
         p = self.params
         api = self._api(host)
