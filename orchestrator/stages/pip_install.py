@@ -21,11 +21,6 @@ the highest matching version; a public index can then shadow a private package o
 ("dependency confusion"). Prefer a single `index_url` that proxies the others, pin exact versions,
 or use `find_links` for local wheels.
 
-Facts recorded: versions (name -> installed version or None), installed (the requirements pip
-was asked for, when it ran), index_url (masked), and the pin "pin": {"versions": {name:
-version}} (PipPin) for every requirement that applies on the host (its marker is true), as
-installed there.
-
 With `deploy --locked PINFILE` (ctx.pin) every requirement is installed at exactly its pinned
 version (`name[extras]==PINNED`) and the stage is converged only when the installed versions equal
 the pinned ones. It REFUSES, before pip runs, a requirement whose specifier does not admit the

@@ -24,9 +24,6 @@ Apply, depending on what is there:
   own configuration). If none works the error names the Debian package to install;
 * anything else at PATH (a file, a non-empty folder that is not a venv) is refused, never deleted.
 
-Facts recorded: python (version), pip (version), path, pip_repair (the way pip was installed)
-when a repair was needed, and the pin "pin": {"python": "3.11.7"} (VenvPin) for the pin file.
-
 With `deploy --locked PINFILE` the venv's python must have the pinned version (major.minor.micro):
 the existing venv's, or - when the venv is still to be made - the one `python` would create it
 with. Another version is REFUSED before anything is created (under `plan --locked`: a "drift: ..."

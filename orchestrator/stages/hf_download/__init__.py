@@ -23,9 +23,6 @@ Everything runs ON the host with `python` (which must have huggingface_hub):
 A branch `revision` (not a 40-hex commit) is logged as a warning and recorded
 (`revision_pinned: false`): the files change whenever the branch moves.
 
-Facts recorded: repo, commit, files (count), bytes (size on disk), revision_pinned, and the pin
-"pin": {repo, commit, files, bytes} (rules.py HfPin) for the pin file.
-
 With `deploy --locked PINFILE` (ctx.pin): the repo must be the pinned one and `revision` must
 resolve to the pinned commit, else the stage REFUSES before downloading anything (a branch that
 moved is not silently pinned back: change `revision` to the pinned commit, or deploy without
@@ -34,9 +31,6 @@ pinned one is a plain change ("drift: ..."): the pinned commit is downloaded. A 
 at the pinned commit with another file count or size (other allow/ignore patterns) is refused.
 Under `plan --locked` the same differences are reported as "drift: ..." reasons; a branch that
 cannot be resolved read-only yet (no huggingface_hub in `python`) is said so.
-
-Where the parts live (this package): the manifest, the host program's arguments, the messages
-and the pin in rules.py.
 """
 
 from __future__ import annotations

@@ -35,10 +35,6 @@ whose args, bind, env or SGLang version differ from the pin is refused in check,
 is stopped or started (under `plan --locked`: a "drift: ..." reason). The API key is not pinned
 (per environment).
 
-Where the parts live: typed facts in orchestrator/facts/ (ServerStatus, SystemdInfo, GpuHealth,
-VenvVersions); in this package the other host reads (reads.py), the pure rules and the pin
-(rules.py, tested from tests/stages/sglang_rules/*.json), the change (change.py) and the state
-dir's files (layout.py); what SGLang itself does in orchestrator/sglang/.
 check() returns Needed(reason, plan=LaunchPlan) and apply() receives that plan.
 """
 

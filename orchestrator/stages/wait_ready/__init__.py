@@ -21,11 +21,6 @@ check: converged when /health is 200, the running server instance is the one thi
 verified (STATE_DIR/ready.json names its pid, start time and measured accept length, so a
 restarted server is verified again), /model_info matches and (with min_accept_length) the
 server's cumulative accept length, where it already reports one, is still above the minimum.
-Records: ready_after_s, accept_length, model, version, architectures.
-
-Where the parts live (this package): the HTTP calls in api.py (typed HttpAnswer; the request and
-answer shapes in orchestrator/sglang/api.py), the pure rules in rules.py (tested from
-tests/stages/sglang_rules/*.json).
 """
 
 from __future__ import annotations
