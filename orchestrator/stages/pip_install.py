@@ -133,8 +133,6 @@ class PipInstallStage(Stage, kind="pip_install"):
     params: PipInstallParams
     Pin = PipPin
 
-    # ------------------------------------------------------------------ helpers
-
     def _env(self, ctx: StageContext) -> dict[str, str]:
         p = self.params
         env = {**ctx.env, **p.env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
@@ -206,8 +204,6 @@ class PipInstallStage(Stage, kind="pip_install"):
         ctx.record("pin", PipPin({n: v for n, v in sorted(versions.items())
                                   if n in applies and v is not None}).to_json())
 
-    # ------------------------------------------------------------------ deploy --locked
-
     def _pinned_requirements(self, pin: PipPin) -> tuple[list[str], list[str]]:
         """(the requirements at their pinned versions, refusals)."""
         pins = {canonicalize_name(n): (n, v) for n, v in (pin.versions or {}).items()}
@@ -247,8 +243,6 @@ class PipInstallStage(Stage, kind="pip_install"):
         if refusals:
             refuse(ctx, "; ".join(refusals))
         return requirements
-
-    # ------------------------------------------------------------------ stage interface
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         requirements = list(self.params.requirements)

@@ -113,8 +113,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
     params: PythonVenvParams
     Pin = VenvPin
 
-    # ------------------------------------------------------------------ helpers
-
     @property
     def vpy(self) -> str:
         return self.params.path.rstrip("/") + "/bin/python"
@@ -155,8 +153,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
             state.system_site_packages == self.params.system_site_packages
         return VenvLook(state=state, python=python, pip=pip, python_error=python_error,
                         pip_error=pip_error, site_ok=site_ok)
-
-    # ------------------------------------------------------------------ stage interface
 
     def _check_pin(self, host: Host, ctx: StageContext, s: VenvLook) -> Needed | None:
         """Under --locked: refuse (dry run: report) a python version other than the pinned one."""
@@ -250,8 +246,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
         verdict = self.check(host, ctx)
         if isinstance(verdict, Needed):
             raise StageError(f"{self.params.path} is still not usable: {verdict.reason}")
-
-    # ------------------------------------------------------------------ apply steps
 
     def _venv(self, host: Host, ctx: StageContext, *, without_pip: bool, clear: bool,
               check: bool) -> Result:

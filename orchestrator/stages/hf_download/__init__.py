@@ -117,8 +117,6 @@ class HfDownloadStage(Stage, kind="hf_download"):
     params: HfDownloadParams
     Pin = HfPin
 
-    # ------------------------------------------------------------------ helpers
-
     @property
     def manifest_path(self) -> str:
         return self.params.local_dir.rstrip("/") + "/" + MANIFEST
@@ -207,8 +205,6 @@ class HfDownloadStage(Stage, kind="hf_download"):
             ctx.record(key, value)
         ctx.record("pin", pin)
 
-    # ------------------------------------------------------------------ deploy --locked
-
     def _check_pin(self, host: Host, ctx: StageContext,
                    manifest: HfManifest | None) -> tuple[Needed | None, str, str | None]:
         """(verdict, note, commit) of the pin before the usual check; the note says what a dry
@@ -234,8 +230,6 @@ class HfDownloadStage(Stage, kind="hf_download"):
             else:
                 verdict = pin_contents(ctx, p, pin, len(manifest.files), manifest.total_size)
         return verdict, "", commit
-
-    # ------------------------------------------------------------------ stage interface
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         """Its plan: a Fetch (with the commit `revision` resolved to, when it was asked) or a

@@ -186,7 +186,6 @@ class SGLangServer(Stage, kind="sglang_server"):
     params: SGLangServerParams
     Pin = ServerPin
 
-    # ------------------------------------------------------------------ facts
     @property
     def _layout(self) -> ServerLayout:
         return ServerLayout(self.params.state_dir)
@@ -213,7 +212,6 @@ class SGLangServer(Stage, kind="sglang_server"):
         info = None if p.systemd == "never" else host.fact(SystemdInfo)
         return rules.launch_mode(p.systemd, info)
 
-    # ------------------------------------------------------------------ deploy --locked
     def _pin(self, desired: Desired, venv: VenvVersions) -> ServerPin:
         """This launch's pin: SGLang version, launch args and env (names + hash), host paths
         replaced by placeholders and --host by <host> (rules.py)."""
@@ -238,7 +236,6 @@ class SGLangServer(Stage, kind="sglang_server"):
         kind, message = version
         return Needed(message) if kind == "needed" else refuse(ctx, message)
 
-    # ------------------------------------------------------------------ check
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         """Converged when our server runs with the same fingerprint; else what a launch needs
         (the plan apply() receives), after the preflight refused what cannot work."""
@@ -310,7 +307,6 @@ class SGLangServer(Stage, kind="sglang_server"):
             ctx.log.warning("sglang.preflight.ignored", problem=prob)
         return report
 
-    # ------------------------------------------------------------------ apply
     def apply(self, host: Host, ctx: StageContext, plan: LaunchPlan | None = None) -> None:
         """Stop what must go, write the launch files, start; `plan` comes from check()."""
         p = self.params
@@ -348,7 +344,6 @@ class SGLangServer(Stage, kind="sglang_server"):
         ctx.log.info("sglang.started", pid=pid, mode=plan.mode,
                      args=rules.fmt_cmd(plan.desired.args, 400))
 
-    # ------------------------------------------------------------------ verify
     def verify(self, host: Host, ctx: StageContext) -> None:
         """The server apply started (ctx.facts["pid"]) is still alive `verify_window` later."""
         p = self.params

@@ -81,7 +81,6 @@ class WaitReady(Stage, kind="wait_ready"):
     Params = WaitReadyParams
     params: WaitReadyParams
 
-    # ------------------------------------------------------------------ host reads
     def _api(self, host: Host) -> ServerApi:
         p = self.params
         return ServerApi(host, p.url.rstrip("/"), p.api_key, p.request_timeout)
@@ -108,7 +107,6 @@ class WaitReady(Stage, kind="wait_ready"):
         except ValueError:
             return None
 
-    # ------------------------------------------------------------------ check
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         """Converged when this server instance was verified and still matches."""
         p = self.params
@@ -143,7 +141,6 @@ class WaitReady(Stage, kind="wait_ready"):
             return Converged(reason) if ok else Needed(reason)
         return Converged("ready (/health 200, model_info matches)")
 
-    # ------------------------------------------------------------------ waiting
     def _dead(self, host: Host, st: ServerStatus, elapsed: float) -> StageError:
         deadline = time.monotonic() + 3.0
         while st.exit is None and st.process.supervisor_alive and time.monotonic() < deadline:
@@ -193,7 +190,6 @@ class WaitReady(Stage, kind="wait_ready"):
                     hint="raise `timeout` if it is still loading, or fix what the log says")
             ctx.sleep(p.poll_interval)  # Ctrl-C ends the wait (a real load takes 15+ minutes)
 
-    # ------------------------------------------------------------------ apply
     def apply(self, host: Host, ctx: StageContext) -> None:
         """Wait for /health, then verify the model, a chat reply and the accept length."""
         p = self.params
