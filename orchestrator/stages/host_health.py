@@ -1,21 +1,6 @@
 """The `host_health` stage kind: is this GPU host fit to serve, and fix nvidia-uvm if not.
 
-    - id: health
-      uses: host_health
-      with:
-        gpus: 8                      # at least this many GPUs
-        min_gpu_memory_gib: 90       # per GPU
-        min_driver: "570.26"         # the minimum driver for sm_120 (CUDA 12.8)
-        compute_capability: "12.0"   # every GPU must report exactly this
-        require_cuda: true           # cuInit(0) must return 0 (checks /dev/nvidia-uvm too;
-                                     # not run again while every GPU runs a CUDA process)
-        min_shm_gib: 16              # /dev/shm size (NCCL)
-        disk_path: "{{ models_dir }}"
-        disk_needed_gib: 600         # what disk_path needs in total; what is there counts
-        max_ecc_errors: 0            # uncorrected volatile ECC errors per GPU
-        allow_busy_gpus: false       # processes holding GPU memory fail the check
-        fix_uvm: true                # repair nvidia-uvm through the Proxmox hypervisor
-        restart_wait: 5m             # SSH budget after the container restart
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 `check` reads the host through typed facts (orchestrator.facts.hardware), records every one
 (`gpus`, `uvm`, `shm`, `disk`, `xid`) and collects EVERY problem with the pure rules of

@@ -107,9 +107,7 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value)
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def _number(value: Any) -> bool:
@@ -204,7 +202,7 @@ class InspectConfigStage(Stage, kind="inspect_config"):
                 held.append(f"{key}={'(absent)' if value is _MISSING else _show(value)}")
         return problems, held
 
-    def _inspect(self, host: Host, ctx: StageContext) -> CheckResult:
+    def check(self, host: Host, ctx: StageContext) -> CheckResult:
         p = self.params
         if ctx.dry_run and not host.fact(PathInfo, path=p.path).exists:
             # --dry-run on a fresh host: the download that makes it has not run yet
@@ -226,13 +224,10 @@ class InspectConfigStage(Stage, kind="inspect_config"):
             )
         return Converged(f"{p.label}: all {len(held)} rules hold ({'; '.join(held)})")
 
-    def check(self, host: Host, ctx: StageContext) -> CheckResult:
-        return self._inspect(host, ctx)
-
     def apply(self, host: Host, ctx: StageContext) -> None:
         # Only reached when the file did not exist during a dry-run check: inspect it now.
-        self._inspect(host, ctx)
+        self.check(host, ctx)
 
     def verify(self, host: Host, ctx: StageContext) -> None:
-        self._inspect(host, ctx)
+        self.check(host, ctx)
 

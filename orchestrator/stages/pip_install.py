@@ -1,15 +1,6 @@
 """The `pip_install` stage kind: make a venv's installed distributions satisfy requirements.
 
-    - id: packages
-      uses: pip_install
-      needs: [venv]
-      with:
-        python: /opt/orchestrator/venvs/sglang/bin/python
-        index_url: https://pypi.org/simple        # passed as PIP_INDEX_URL, never on argv
-        requirements:
-          - sglang==0.5.23
-          - compressed-tensors>=0.10.0           # nvfp4-pack-quantized needs >= 0.10.0
-          - huggingface_hub==2.4.0
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Check (no pip involved): the agent reads the installed version of every requirement's
 distribution from the venv's site-packages (dist-info METADATA, as importlib.metadata does) and
@@ -29,11 +20,6 @@ Security: `extra_index_urls` lets pip pick a distribution from ANY of the indexe
 the highest matching version; a public index can then shadow a private package of the same name
 ("dependency confusion"). Prefer a single `index_url` that proxies the others, pin exact versions,
 or use `find_links` for local wheels.
-
-Facts recorded: versions (name -> installed version or None), installed (the requirements pip
-was asked for, when it ran), index_url (masked), and the pin "pin": {"versions": {name:
-version}} (PipPin) for every requirement that applies on the host (its marker is true), as
-installed there.
 
 With `deploy --locked PINFILE` (ctx.pin) every requirement is installed at exactly its pinned
 version (`name[extras]==PINNED`) and the stage is converged only when the installed versions equal
@@ -146,9 +132,6 @@ class PipInstallStage(Stage, kind="pip_install"):
     Params = PipInstallParams
     params: PipInstallParams
     Pin = PipPin
-    _python_error: str = ""
-
-    # ------------------------------------------------------------------ helpers
 
     def _env(self, ctx: StageContext) -> dict[str, str]:
         p = self.params
@@ -164,8 +147,8 @@ class PipInstallStage(Stage, kind="pip_install"):
         return env
 
     def _installed(self, host: Host, ctx: StageContext) -> tuple[dict[str, str | None],
-                                                                  dict[str, str]] | None:
-        """Installed versions by requirement name and the marker environment; None if the
+                                                                  dict[str, str]] | str:
+        """Installed versions by requirement name and the marker environment; the error if the
         python does not run (the venv is not there yet)."""
         names = sorted({Requirement(r).name for r in self.params.requirements})
         env = {**ctx.env, **self.params.env}
@@ -177,8 +160,7 @@ class PipInstallStage(Stage, kind="pip_install"):
         r = host.run_argv([self.params.python, "-c", _VERSIONS, json.dumps(names)],
                           timeout=QUICK, env=env)
         if not r.ok:
-            self._python_error = r.tail(3).strip() or f"exit code {r.exit_code}"
-            return None
+            return r.tail(3).strip() or f"exit code {r.exit_code}"
         found = InstalledDistributions.from_answer(last_json_line(r.stdout))
         if found.versions is None or found.env is None:
             raise StageError(
@@ -222,8 +204,6 @@ class PipInstallStage(Stage, kind="pip_install"):
         ctx.record("pin", PipPin({n: v for n, v in sorted(versions.items())
                                   if n in applies and v is not None}).to_json())
 
-    # ------------------------------------------------------------------ deploy --locked
-
     def _pinned_requirements(self, pin: PipPin) -> tuple[list[str], list[str]]:
         """(the requirements at their pinned versions, refusals)."""
         pins = {canonicalize_name(n): (n, v) for n, v in (pin.versions or {}).items()}
@@ -264,8 +244,6 @@ class PipInstallStage(Stage, kind="pip_install"):
             refuse(ctx, "; ".join(refusals))
         return requirements
 
-    # ------------------------------------------------------------------ stage interface
-
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         requirements = list(self.params.requirements)
         pin = pinned(ctx, PipPin)
@@ -276,8 +254,8 @@ class PipInstallStage(Stage, kind="pip_install"):
             if refusals:
                 return refuse(ctx, "; ".join(refusals))
         found = self._installed(host, ctx)
-        if found is None:
-            return Needed(f"{self.params.python} does not run yet ({self._python_error})")
+        if isinstance(found, str):
+            return Needed(f"{self.params.python} does not run yet ({found})")
         versions, marker_env = found
         problems = self._evaluate(versions, marker_env, requirements)
         self._record(ctx, versions, marker_env)
@@ -291,9 +269,9 @@ class PipInstallStage(Stage, kind="pip_install"):
     def apply(self, host: Host, ctx: StageContext) -> None:
         p = self.params
         found = self._installed(host, ctx)
-        if found is None:
+        if isinstance(found, str):
             raise StageError(
-                f"{p.python} does not run: {self._python_error}",
+                f"{p.python} does not run: {found}",
                 hint="create the venv first (a python_venv stage in `needs:`)",
             )
         todo = [text for text, _ in self._evaluate(*found, self._requirements(ctx))]
@@ -313,8 +291,8 @@ class PipInstallStage(Stage, kind="pip_install"):
 
     def verify(self, host: Host, ctx: StageContext) -> None:
         found = self._installed(host, ctx)
-        if found is None:
-            raise StageError(f"{self.params.python} no longer runs: {self._python_error}")
+        if isinstance(found, str):
+            raise StageError(f"{self.params.python} no longer runs: {found}")
         problems = self._evaluate(*found, self._requirements(ctx))
         self._record(ctx, *found)
         if problems:

@@ -1,12 +1,6 @@
 """The `python_venv` stage kind: a virtual environment on the host whose python and pip work.
 
-    - id: venv
-      uses: python_venv
-      with:
-        path: /opt/orchestrator/venvs/sglang
-        python: python3                 # interpreter on the host that creates the venv
-        system_site_packages: false
-        pip_index_url: https://pypi.org/simple   # optional: only used to repair a missing pip
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Converged when `PATH/bin/python` runs, `PATH/bin/python -m pip --version` works and the venv's
 `include-system-site-packages` matches. The check reads this from the venv's files first (agent
@@ -29,9 +23,6 @@ Apply, depending on what is there:
   `python -m pip --python PATH/bin/python install pip` (index from `pip_index_url`, else pip's
   own configuration). If none works the error names the Debian package to install;
 * anything else at PATH (a file, a non-empty folder that is not a venv) is refused, never deleted.
-
-Facts recorded: python (version), pip (version), path, pip_repair (the way pip was installed)
-when a repair was needed, and the pin "pin": {"python": "3.11.7"} (VenvPin) for the pin file.
 
 With `deploy --locked PINFILE` the venv's python must have the pinned version (major.minor.micro):
 the existing venv's, or - when the venv is still to be made - the one `python` would create it
@@ -61,6 +52,7 @@ from orchestrator.pinfile import StagePin
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
+from orchestrator.stages.host_health_rules import version_less
 from orchestrator.stages.pin import differs, pinned
 
 #: a quick command (version queries, probes); creation and pip installs use the stage timeout
@@ -121,8 +113,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
     params: PythonVenvParams
     Pin = VenvPin
 
-    # ------------------------------------------------------------------ helpers
-
     @property
     def vpy(self) -> str:
         return self.params.path.rstrip("/") + "/bin/python"
@@ -163,8 +153,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
             state.system_site_packages == self.params.system_site_packages
         return VenvLook(state=state, python=python, pip=pip, python_error=python_error,
                         pip_error=pip_error, site_ok=site_ok)
-
-    # ------------------------------------------------------------------ stage interface
 
     def _check_pin(self, host: Host, ctx: StageContext, s: VenvLook) -> Needed | None:
         """Under --locked: refuse (dry run: report) a python version other than the pinned one."""
@@ -259,8 +247,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
         if isinstance(verdict, Needed):
             raise StageError(f"{self.params.path} is still not usable: {verdict.reason}")
 
-    # ------------------------------------------------------------------ apply steps
-
     def _venv(self, host: Host, ctx: StageContext, *, without_pip: bool, clear: bool,
               check: bool) -> Result:
         p = self.params
@@ -328,7 +314,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
         r = host.run_argv([p.python, "-m", "pip", "--version"], timeout=QUICK, env=env)
         m = _PIP_VERSION.match(r.stdout.strip()) if r.ok else None
-        if m and _version_tuple(m.group(1)) >= (22, 3):
+        if m and not version_less(m.group(1), "22.3"):
             host_env = dict(env)
             if p.pip_index_url:
                 host_env["PIP_INDEX_URL"] = p.pip_index_url
@@ -359,16 +345,6 @@ class PythonVenvStage(Stage, kind="python_venv"):
 
     def _debian_hint(self, host: Host, ctx: StageContext, version: str | None = None) -> str:
         return debian_venv_hint(version or self._base_version(host, ctx))
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        digits = re.match(r"\d+", piece)
-        if not digits:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
 
 
 def debian_venv_hint(version: str | None) -> str:

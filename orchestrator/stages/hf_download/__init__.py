@@ -1,16 +1,6 @@
 """The `hf_download` stage kind: one revision of a hub repo, complete and verified, on disk.
 
-    - id: drafter
-      uses: hf_download
-      needs: [packages]                  # the python below needs huggingface_hub
-      with:
-        python: /opt/orchestrator/venvs/sglang/bin/python
-        repo: lightseekorg/kimi-k2.6-eagle3
-        revision: 0123456789abcdef0123456789abcdef01234567   # pin a commit; a branch warns
-        local_dir: /opt/orchestrator/models/kimi-k2.6-eagle3
-        endpoint: https://huggingface.co                      # HF_ENDPOINT
-        token: "{{ hf_token }}"                               # HF_TOKEN, environment only
-        allow_patterns: ["*.json", "*.safetensors", "tiktoken.model", "*.py"]
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Everything runs ON the host with `python` (which must have huggingface_hub):
 
@@ -33,9 +23,6 @@ Everything runs ON the host with `python` (which must have huggingface_hub):
 A branch `revision` (not a 40-hex commit) is logged as a warning and recorded
 (`revision_pinned: false`): the files change whenever the branch moves.
 
-Facts recorded: repo, commit, files (count), bytes (size on disk), revision_pinned, and the pin
-"pin": {repo, commit, files, bytes} (rules.py HfPin) for the pin file.
-
 With `deploy --locked PINFILE` (ctx.pin): the repo must be the pinned one and `revision` must
 resolve to the pinned commit, else the stage REFUSES before downloading anything (a branch that
 moved is not silently pinned back: change `revision` to the pinned commit, or deploy without
@@ -44,9 +31,6 @@ pinned one is a plain change ("drift: ..."): the pinned commit is downloaded. A 
 at the pinned commit with another file count or size (other allow/ignore patterns) is refused.
 Under `plan --locked` the same differences are reported as "drift: ..." reasons; a branch that
 cannot be resolved read-only yet (no huggingface_hub in `python`) is said so.
-
-Where the parts live (this package): the manifest, the host program's arguments, the messages
-and the pin in rules.py.
 """
 
 from __future__ import annotations
@@ -132,10 +116,6 @@ class HfDownloadStage(Stage, kind="hf_download"):
     Params = HfDownloadParams
     params: HfDownloadParams
     Pin = HfPin
-    _commit: str | None = None
-    _resolved: str | None = None
-
-    # ------------------------------------------------------------------ helpers
 
     @property
     def manifest_path(self) -> str:
@@ -170,11 +150,9 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if COMMIT_RE.match(p.revision):
             ctx.record("revision_pinned", True)
             return p.revision
-        if self._resolved is not None:  # resolved once per check -> apply -> verify
-            return self._resolved
         commit = self._ask_hub(host, ctx)
         if commit is None:
-            commit = self._resolved = str(self._script(host, ctx, "resolve", timeout=QUICK).commit)
+            commit = str(self._script(host, ctx, "resolve", timeout=QUICK).commit)
             self._announce_branch(ctx, commit)
         return commit
 
@@ -188,7 +166,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
     def _resolve_read_only(self, host: Host, ctx: StageContext) -> str | None:
         """The commit `revision` names, or None when it cannot be known yet: the hub asked by
         the agent; only if that fails huggingface_hub, once it is installed in `python`."""
-        if COMMIT_RE.match(self.params.revision) or self._resolved is not None:
+        if COMMIT_RE.match(self.params.revision):
             return self._resolve(host, ctx)
         if self._ask_hub(host, ctx) is not None:
             return self._resolve(host, ctx)
@@ -211,7 +189,6 @@ class HfDownloadStage(Stage, kind="hf_download"):
         if answer.commit is None:
             ctx.log.debug("hf_download.hub_quick_resolve_failed", error=answer.error)
             return None
-        self._resolved = answer.commit  # resolved once per check -> apply -> verify
         self._announce_branch(ctx, answer.commit)
         return answer.commit
 
@@ -228,59 +205,57 @@ class HfDownloadStage(Stage, kind="hf_download"):
             ctx.record(key, value)
         ctx.record("pin", pin)
 
-    # ------------------------------------------------------------------ deploy --locked
-
     def _check_pin(self, host: Host, ctx: StageContext,
-                   manifest: HfManifest | None) -> tuple[Needed | None, str]:
-        """(verdict, note) of the pin before the usual check; the note says what a dry run
-        cannot know read-only."""
+                   manifest: HfManifest | None) -> tuple[Needed | None, str, str | None]:
+        """(verdict, note, commit) of the pin before the usual check; the note says what a dry
+        run cannot know read-only; commit: what `revision` resolved to, if it was asked."""
         p = self.params
         pin = pinned(ctx, HfPin)
         if not isinstance(pin, HfPin):
-            return pin, ""
+            return pin, "", None
         if pin.repo != p.repo:
-            return differs(ctx, "repository", p.repo, pin.repo), ""
+            return differs(ctx, "repository", p.repo, pin.repo), "", None
         commit = self._resolve_read_only(host, ctx)
         if commit is None:
             # a real deploy resolves in apply (after the packages stage) and refuses there
             return None, (f"; whether {p.revision!r} resolves to the locked commit "
                           f"{short(pin.commit)} cannot be known read-only "
-                          f"({p.python} has no huggingface_hub yet)")
+                          f"({p.python} has no huggingface_hub yet)"), None
         verdict = pin_commit(ctx, p, pin, commit)
-        if verdict is not None:
-            return verdict, ""
-        if manifest is not None and manifest.repo == p.repo:
-            have = manifest.commit
-            if have != commit:
-                return Needed(f"drift: commit {short(have)} on the host, the lock has "
-                              f"{short(commit)} (deploy --locked downloads the locked commit)"), ""
-            return pin_contents(ctx, p, pin, len(manifest.files), manifest.total_size), ""
-        return None, ""
-
-    # ------------------------------------------------------------------ stage interface
+        if verdict is None and manifest is not None and manifest.repo == p.repo:
+            if manifest.commit != commit:
+                verdict = Needed(f"drift: commit {short(manifest.commit)} on the host, the lock "
+                                 f"has {short(commit)} (deploy --locked downloads the locked "
+                                 "commit)", plan=Fetch(commit=commit))
+            else:
+                verdict = pin_contents(ctx, p, pin, len(manifest.files), manifest.total_size)
+        return verdict, "", commit
 
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
-        self._resolved = None
+        """Its plan: a Fetch (with the commit `revision` resolved to, when it was asked) or a
+        Restat; apply resolves `revision` itself where the plan has no commit."""
         p = self.params
         manifest = self._read_manifest(host)
-        verdict, note = self._check_pin(host, ctx, manifest)
+        verdict, note, commit = self._check_pin(host, ctx, manifest)
         if verdict is not None:
             return verdict
+        fetch = Fetch(commit=commit)
         if manifest is None:
             return Needed(f"{p.local_dir} holds no verified download of {p.repo} "
-                          f"(no {MANIFEST}){note}")
+                          f"(no {MANIFEST}){note}", plan=fetch)
         if manifest.repo != p.repo or manifest.repo_type != p.repo_type:
-            return Needed(f"{p.local_dir} holds {manifest.repo}, not {p.repo}")
+            return Needed(f"{p.local_dir} holds {manifest.repo}, not {p.repo}", plan=fetch)
         if (manifest.allow_patterns != p.allow_patterns
                 or manifest.ignore_patterns != p.ignore_patterns):
-            return Needed("allow_patterns/ignore_patterns changed since the verified download")
-        commit = self._resolve_read_only(host, ctx)
+            return Needed("allow_patterns/ignore_patterns changed since the verified download",
+                          plan=fetch)
+        commit = commit or self._resolve_read_only(host, ctx)
         if commit is None:
             return Needed(f"cannot resolve {p.revision!r} yet: {p.python} has no "
                           "huggingface_hub")
         if manifest.commit != commit:
             return Needed(f"{p.local_dir} holds commit {str(manifest.commit)[:12]}, "
-                          f"{p.revision} is {commit[:12]}")
+                          f"{p.revision} is {commit[:12]}", plan=Fetch(commit=commit))
         return self._check_files(host, ctx, manifest, commit)
 
     def _check_files(self, host: Host, ctx: StageContext, manifest: HfManifest,
@@ -298,8 +273,8 @@ class HfDownloadStage(Stage, kind="hf_download"):
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
                                               if len(changed) > 5 else "")
             return Needed(f"{len(changed)} file(s) differ from the verified download: {shown}",
-                          plan=Fetch(forget=tuple(f.path for f in files
-                                                  if found[f.path].state in ("size", "hash"))))
+                          plan=Fetch(commit, tuple(f.path for f in files
+                                                   if found[f.path].state in ("size", "hash"))))
         self._record(ctx, commit, files)
         same = [f for f in files if found[f.path].state == "same"]
         if same:
@@ -320,7 +295,8 @@ class HfDownloadStage(Stage, kind="hf_download"):
             data["files"] = to_data(plan.files)
             host.write_file(self.manifest_path, json.dumps(data, indent=1) + "\n")
             return
-        commit = self._resolve(host, ctx)
+        commit = plan.commit if isinstance(plan, Fetch) and plan.commit else None
+        commit = commit or self._resolve(host, ctx)
         pin = pinned(ctx, HfPin)  # refuses (raises) before a single byte is written
         if isinstance(pin, HfPin):
             pin_commit(ctx, p, pin, commit)
@@ -328,13 +304,15 @@ class HfDownloadStage(Stage, kind="hf_download"):
         forget = list(plan.forget) if isinstance(plan, Fetch) else []
         answer = self._script(host, ctx, "download", timeout=ctx.timeout,
                               revision=commit, forget=forget)
-        self._commit = answer.commit
+        ctx.record("commit", answer.commit)  # what verify checks
         ctx.log.info("hf_download.downloaded", repo=p.repo, commit=answer.commit,
                      files=answer.file_count, bytes=answer.bytes)
 
     def verify(self, host: Host, ctx: StageContext) -> None:
         p = self.params
-        commit = self._commit or self._resolve(host, ctx)
+        # the commit apply downloaded, or (after a Restat) the one check recorded
+        recorded = ctx.facts.get("commit")
+        commit = recorded if isinstance(recorded, str) else self._resolve(host, ctx)
         manifest = self._read_manifest(host)
         if manifest is not None and describes(manifest, p, commit) and not ctx.verify:
             # after a Restat (or a download that found nothing to fetch): the manifest of this

@@ -43,8 +43,10 @@ def human_bytes(n: float) -> str:
 
 @dataclass(frozen=True)
 class Fetch:
-    """Download (what is missing); `forget`: files whose content changed, deleted first."""
+    """Download (what is missing) of `commit` (None: not resolved yet, apply resolves it);
+    `forget`: files whose content changed, deleted first."""
 
+    commit: str | None = None
     forget: tuple[str, ...] = ()
 
 

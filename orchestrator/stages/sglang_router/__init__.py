@@ -1,19 +1,6 @@
 """The `sglang_router` stage kind: SGLang's own router (PyPI `sglang-router`) in front of replicas.
 
-    - id: router
-      uses: sglang_router
-      needs: [router_packages]          # python_venv + pip_install sglang-router==0.3.2
-      with:
-        python: "{{ router_venv }}/bin/python"
-        worker_group: replicas          # inventory group: one worker URL per host
-        worker_port: 30000              # http://ADDRESS:PORT (ADDRESS: the host's address)
-        # workers: [http://10.0.0.1:30000]   # or the URLs themselves
-        policy: round_robin             # random|round_robin|cache_aware|power_of_two|manual
-        host: 0.0.0.0
-        port: 30080
-        state_dir: "{{ base_dir }}/router"
-        chat_model: kimi-k2.6           # readiness: one chat completion through the router
-        drain_timeout: 5m               # deploy --rolling: longest wait for a replica's requests
+Example: playbooks/kimi-k2.6-router.yaml; every param is described in its Params model.
 
 check: converged when the router recorded in `state_dir` is alive (not a recycled pid) with the
 same FINGERPRINT (launch arguments - worker URLs and policy included -, environment, the venv's

@@ -1,24 +1,6 @@
 """The `sglang_server` stage kind: launch SGLang (once), refusing bad launches before they start.
 
-    - id: server
-      uses: sglang_server
-      needs: [packages, inspect]
-      with:
-        python: "{{ venv }}/bin/python"
-        model_path: "{{ target_dir }}"
-        draft_model_path: "{{ drafter_dir }}"
-        tp: 8
-        speculative: {algorithm: EAGLE3, num_steps: 3, eagle_topk: 1, num_draft_tokens: 4}
-        host: "{{ sglang_host }}"
-        port: "{{ sglang_port }}"
-        served_model_name: kimi-k2.6
-        tool_call_parser: kimi_k2
-        reasoning_parser: kimi_k2
-        mem_fraction_static: 0.88
-        api_key: "{{ api_key }}"          # secret: never on argv, in logs or in the run record
-        env: {NCCL_P2P_LEVEL: SYS}
-        extra_args: []
-        state_dir: "{{ base_dir }}/run"   # pid file, log, fingerprint, launch spec, key file
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 check: converged when the server recorded in `state_dir` is alive (the same process, not a
 recycled pid), was launched with the same FINGERPRINT (arguments, environment, SGLang version,
@@ -53,10 +35,6 @@ whose args, bind, env or SGLang version differ from the pin is refused in check,
 is stopped or started (under `plan --locked`: a "drift: ..." reason). The API key is not pinned
 (per environment).
 
-Where the parts live: typed facts in orchestrator/facts/ (ServerStatus, SystemdInfo, GpuHealth,
-VenvVersions); in this package the other host reads (reads.py), the pure rules and the pin
-(rules.py, tested from tests/stages/sglang_rules/*.json), the change (change.py) and the state
-dir's files (layout.py); what SGLang itself does in orchestrator/sglang/.
 check() returns Needed(reason, plan=LaunchPlan) and apply() receives that plan.
 """
 
@@ -208,7 +186,6 @@ class SGLangServer(Stage, kind="sglang_server"):
     params: SGLangServerParams
     Pin = ServerPin
 
-    # ------------------------------------------------------------------ facts
     @property
     def _layout(self) -> ServerLayout:
         return ServerLayout(self.params.state_dir)
@@ -235,7 +212,6 @@ class SGLangServer(Stage, kind="sglang_server"):
         info = None if p.systemd == "never" else host.fact(SystemdInfo)
         return rules.launch_mode(p.systemd, info)
 
-    # ------------------------------------------------------------------ deploy --locked
     def _pin(self, desired: Desired, venv: VenvVersions) -> ServerPin:
         """This launch's pin: SGLang version, launch args and env (names + hash), host paths
         replaced by placeholders and --host by <host> (rules.py)."""
@@ -260,7 +236,6 @@ class SGLangServer(Stage, kind="sglang_server"):
         kind, message = version
         return Needed(message) if kind == "needed" else refuse(ctx, message)
 
-    # ------------------------------------------------------------------ check
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         """Converged when our server runs with the same fingerprint; else what a launch needs
         (the plan apply() receives), after the preflight refused what cannot work."""
@@ -332,7 +307,6 @@ class SGLangServer(Stage, kind="sglang_server"):
             ctx.log.warning("sglang.preflight.ignored", problem=prob)
         return report
 
-    # ------------------------------------------------------------------ apply
     def apply(self, host: Host, ctx: StageContext, plan: LaunchPlan | None = None) -> None:
         """Stop what must go, write the launch files, start; `plan` comes from check()."""
         p = self.params
@@ -370,7 +344,6 @@ class SGLangServer(Stage, kind="sglang_server"):
         ctx.log.info("sglang.started", pid=pid, mode=plan.mode,
                      args=rules.fmt_cmd(plan.desired.args, 400))
 
-    # ------------------------------------------------------------------ verify
     def verify(self, host: Host, ctx: StageContext) -> None:
         """The server apply started (ctx.facts["pid"]) is still alive `verify_window` later."""
         p = self.params

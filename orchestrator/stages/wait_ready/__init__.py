@@ -1,16 +1,6 @@
 """The `wait_ready` stage kind: wait for SGLang to serve, then prove it serves the right thing.
 
-    - id: ready
-      uses: wait_ready
-      needs: [server]
-      with:
-        url: "http://{{ sglang_host }}:{{ sglang_port }}"   # as seen ON the host
-        api_key: "{{ api_key }}"                           # secret
-        timeout: 30m
-        poll_interval: 2s
-        state_dir: "{{ base_dir }}/run"                    # sglang_server's: pid + log
-        expect_architectures: [KimiK25ForConditionalGeneration]
-        min_accept_length: 1.2                             # speculation must really work
+Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
 Polls FROM THE HOST through the agent's `http` probe: connection refused (weights loading) or 503
 (warming up) mean "still starting"; the console shows the elapsed time and the server's latest
@@ -31,11 +21,6 @@ check: converged when /health is 200, the running server instance is the one thi
 verified (STATE_DIR/ready.json names its pid, start time and measured accept length, so a
 restarted server is verified again), /model_info matches and (with min_accept_length) the
 server's cumulative accept length, where it already reports one, is still above the minimum.
-Records: ready_after_s, accept_length, model, version, architectures.
-
-Where the parts live (this package): the HTTP calls in api.py (typed HttpAnswer; the request and
-answer shapes in orchestrator/sglang/api.py), the pure rules in rules.py (tested from
-tests/stages/sglang_rules/*.json).
 """
 
 from __future__ import annotations
@@ -96,7 +81,6 @@ class WaitReady(Stage, kind="wait_ready"):
     Params = WaitReadyParams
     params: WaitReadyParams
 
-    # ------------------------------------------------------------------ host reads
     def _api(self, host: Host) -> ServerApi:
         p = self.params
         return ServerApi(host, p.url.rstrip("/"), p.api_key, p.request_timeout)
@@ -123,7 +107,6 @@ class WaitReady(Stage, kind="wait_ready"):
         except ValueError:
             return None
 
-    # ------------------------------------------------------------------ check
     def check(self, host: Host, ctx: StageContext) -> CheckResult:
         """Converged when this server instance was verified and still matches."""
         p = self.params
@@ -158,7 +141,6 @@ class WaitReady(Stage, kind="wait_ready"):
             return Converged(reason) if ok else Needed(reason)
         return Converged("ready (/health 200, model_info matches)")
 
-    # ------------------------------------------------------------------ waiting
     def _dead(self, host: Host, st: ServerStatus, elapsed: float) -> StageError:
         deadline = time.monotonic() + 3.0
         while st.exit is None and st.process.supervisor_alive and time.monotonic() < deadline:
@@ -208,8 +190,7 @@ class WaitReady(Stage, kind="wait_ready"):
                     hint="raise `timeout` if it is still loading, or fix what the log says")
             ctx.sleep(p.poll_interval)  # Ctrl-C ends the wait (a real load takes 15+ minutes)
 
-    # ------------------------------------------------------------------ apply
-    def apply(self, host: Host, ctx: StageContext, plan: Any = None) -> None:
+    def apply(self, host: Host, ctx: StageContext) -> None:
         """Wait for /health, then verify the model, a chat reply and the accept length."""
         p = self.params
         api = self._api(host)
