@@ -470,24 +470,14 @@ class AgentSession:
         if not self._send_quietly(agent_mod.pack(header), 2.0):
             log.debug("kill request not sent: channel busy", host=self.host)
 
-    def run(
-        self,
-        command: str,
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | None = None,
-        become: bool = False,
-        on_output: OutputCallback | None = None,
-    ) -> Result:
-        """Run one command through the agent; see `AgentTransport.run`."""
+    def run(self, command: str, timeout: float | None, stdin: bytes | None,
+            on_output: OutputCallback | None, **fields: Any) -> Result:
+        """Run one command through the agent (`fields`: its env, cwd and become); see
+        `AgentTransport.run`."""
         rid = next(self._ids)
         q = self._register(rid)
-        header = {
-            "op": "run", "id": rid, "cmd": command, "env": dict(env or {}), "cwd": cwd,
-            "timeout": timeout, "become": bool(become), "stdin": stdin is not None,
-        }
+        header = {"op": "run", "id": rid, "cmd": command, "timeout": timeout,
+                  "stdin": stdin is not None, **fields}
         out = _Output(on_output)
         done: dict | None = None
         what = f"command `{command}`"
@@ -665,10 +655,8 @@ class AgentTransport(ABC):
         """
         session = self._ensure()
         try:
-            return session.run(
-                command, timeout=timeout, env=env, cwd=cwd, stdin=stdin, become=become,
-                on_output=on_output,
-            )
+            return session.run(command, timeout, stdin, on_output, env=dict(env or {}), cwd=cwd,
+                               become=bool(become))
         except ConnectionLost as exc:
             log.warning("connection lost", host=self.name, error=exc.message)
             with self._lock:
