@@ -12,7 +12,7 @@ closes it, so a vanished host never hangs a caller.
 
 `AgentTransport` is the transport interface and the part both implementations share:
 reconnect-on-demand, error mapping of agent answers, retry of idempotent file/probe requests after
-a reconnect. It translates paramiko/socket errors ONCE, here, into `orchestrator.errors`.
+a reconnect. Transports translate paramiko/socket errors once, into `orchestrator.errors`.
 """
 
 from __future__ import annotations
