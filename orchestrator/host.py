@@ -19,7 +19,7 @@ from orchestrator.config.model import HostSpec
 from orchestrator.errors import CommandFailed, Interrupted
 from orchestrator.facts import F
 from orchestrator.result import Result
-from orchestrator.transports.base import OutputCallback, Transport
+from orchestrator.transports import AgentTransport, OutputCallback
 
 
 class Host:
@@ -28,7 +28,7 @@ class Host:
     def __init__(
         self,
         spec: HostSpec,
-        transport: Transport,
+        transport: AgentTransport,
         variables: Mapping[str, Any],
         observer: Callable[[Result], None] | None = None,
         cancelled: threading.Event | None = None,

@@ -38,10 +38,9 @@ from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT, local_url
 from orchestrator.stages.sglang_server.layout import ServerLayout
-from orchestrator.transports import make_transport
-from orchestrator.transports.base import Transport
+from orchestrator.transports import AgentTransport, make_transport
 
-TransportFactory = Callable[[HostSpec], Transport]
+TransportFactory = Callable[[HostSpec], AgentTransport]
 
 
 @dataclass

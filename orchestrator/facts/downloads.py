@@ -12,19 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_dict as _d
+from orchestrator.facts.base import as_int as _int
+from orchestrator.facts.base import as_str as _s
 from orchestrator.facts.base import fact
-
-
-def _d(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _s(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)

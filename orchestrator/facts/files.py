@@ -5,15 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_bool as _bool
+from orchestrator.facts.base import as_int as _int
 from orchestrator.facts.base import fact
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _bool(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
 
 
 @fact

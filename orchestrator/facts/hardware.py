@@ -11,28 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_bool as _bool
+from orchestrator.facts.base import as_dict as _d
+from orchestrator.facts.base import as_int as _int
+from orchestrator.facts.base import as_list as _l
+from orchestrator.facts.base import as_str as _str
 from orchestrator.facts.base import fact
-
-
-def _d(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _l(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _bool(value: Any) -> bool | None:
-    return value if isinstance(value, bool) else None
-
 
 # ------------------------------------------------------------------------------ gpu_facts
 

@@ -6,11 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_int as _int
 from orchestrator.facts.base import fact
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @fact

@@ -10,11 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_str as _str
 from orchestrator.facts.base import fact
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _num(value: Any) -> Any:

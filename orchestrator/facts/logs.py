@@ -5,12 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_whole as _int_or_none
 from orchestrator.facts.base import fact
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
 
 
 @fact

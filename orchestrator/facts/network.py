@@ -7,8 +7,6 @@ from typing import Any, ClassVar
 
 from orchestrator.facts.base import fact
 
-REACHABLE = ("open", "refused")
-
 
 @fact
 @dataclass(frozen=True)
@@ -31,11 +29,6 @@ class TcpPort:
         return cls(reach=str(a.get("reach") or "error"),
                    local=local if isinstance(local, bool) else None,
                    error=str(err) if err else None)
-
-    @property
-    def reachable(self) -> bool:
-        """A TCP answer came back: accepted, or refused by the host itself."""
-        return self.reach in REACHABLE
 
     @property
     def listening(self) -> bool:

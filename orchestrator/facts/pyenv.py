@@ -11,16 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_str as _s
 from orchestrator.facts.base import fact
 from orchestrator.facts.pip import InstalledDistributions
 
 #: environment that changes what an interpreter imports: with any of these set, only the
 #: interpreter itself can say what it has (the files of its venv are not the whole story)
 INTERPRETER_VARS = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE"})
-
-
-def _s(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def pyvenv_settings(text: str) -> dict[str, str]:

@@ -14,32 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_dict as _d
+from orchestrator.facts.base import as_str as _str
+from orchestrator.facts.base import as_whole as _int
 from orchestrator.facts.base import fact
 from orchestrator.facts.http import HttpAnswer
-
-
-def _d(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    return None
 
 
 def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def _argv(value: Any) -> tuple[str, ...]:

@@ -10,11 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from orchestrator.facts.base import as_str as _s
 from orchestrator.facts.base import fact
-
-
-def _s(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 @fact

@@ -138,27 +138,29 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _stop_group(pgid: int, pid: int, grace: float) -> dict:
+def _stop(kill, alive, grace: float, members=None) -> dict:
+    """KILL(SIGTERM), wait up to GRACE s while ALIVE(), then (noting MEMBERS(): what ignored
+    the SIGTERM) KILL(SIGKILL) and wait up to 10 s more."""
     t0 = time.monotonic()
-    _signal_group(pgid, signal.SIGTERM)
-    forced = False
-    deadline = t0 + float(grace)
-    while time.monotonic() < deadline:
-        if not pid_alive(pid) and not group_alive(pgid):
-            break
+    kill(signal.SIGTERM)
+    while time.monotonic() - t0 < float(grace) and alive():
         time.sleep(0.05)
-    else:
-        forced = True
-        holdouts = _group_members(pgid)
-        _signal_group(pgid, signal.SIGKILL)
+    out = {"forced": alive()}
+    if out["forced"]:
+        if members is not None:
+            out["holdouts"] = members()
+        kill(signal.SIGKILL)
         end = time.monotonic() + 10.0
-        while time.monotonic() < end and (pid_alive(pid) or group_alive(pgid)):
+        while time.monotonic() < end and alive():
             time.sleep(0.05)
-    out = {"forced": forced, "waited_s": round(time.monotonic() - t0, 2),
-           "stopped": not pid_alive(pid) and not group_alive(pgid)}
-    if forced:
-        out["holdouts"] = holdouts
+    out.update(waited_s=round(time.monotonic() - t0, 2), stopped=not alive())
     return out
+
+
+def _stop_group(pgid: int, pid: int, grace: float) -> dict:
+    return _stop(lambda sig: _signal_group(pgid, sig),
+                 lambda: pid_alive(pid) or group_alive(pgid), grace,
+                 lambda: _group_members(pgid))
 
 
 def _group_members(pgid: int) -> list:
@@ -205,25 +207,13 @@ def process_stop(pid: int, grace: float = 30.0, starttime_ticks=None) -> dict:
     if pgid == pid and pgid != os.getpgid(0):
         res = _stop_group(pgid, pid, grace)
     else:
-        t0 = time.monotonic()
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        forced = False
-        while time.monotonic() - t0 < float(grace) and pid_alive(pid):
-            time.sleep(0.05)
-        if pid_alive(pid):
-            forced = True
+        def kill(sig: int) -> None:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-            end = time.monotonic() + 10.0
-            while time.monotonic() < end and pid_alive(pid):
-                time.sleep(0.05)
-        res = {"forced": forced, "waited_s": round(time.monotonic() - t0, 2),
-               "stopped": not pid_alive(pid)}
+
+        res = _stop(kill, lambda: pid_alive(pid), grace)
     res.update({"pid": pid, "was_running": True, "cmdline": argv})
     return res
 

@@ -125,14 +125,12 @@ class FrameIO:
 
     def send(self, header: dict, body: bytes = b"") -> bool:
         """Send one frame; False (and no exception) when the channel is gone."""
-        data = memoryview(pack(header, body))
+        data = pack(header, body)
         with self.lock:
             if self.broken:
                 return False
             try:
-                while data:
-                    n = os.write(self.fd_out, data)
-                    data = data[n:]
+                _write_all(self.fd_out, data)
             except OSError:
                 self.broken = True
                 return False

@@ -12,10 +12,6 @@ import time
 from orchestrator.remote.probes import probe
 
 
-def _family(address: str) -> int:
-    return socket.AF_INET6 if ":" in address else socket.AF_INET
-
-
 def _local(address: str) -> bool | None:
     """True when `address` is one of this host's (a bind to it succeeds); None if unknown."""
     try:

@@ -1,15 +1,16 @@
 """Transports: how the orchestrator reaches a host (SSH, or local pipes), behind one interface.
 
-`make_transport(spec)` picks the implementation from `spec.connection`; both run the stdlib-only
-agent of `orchestrator.remote.agent` on the host (see `base.Transport` for the contract).
+`make_transport(spec)` picks the implementation from `spec.connection`. Both run the stdlib-only
+agent of `orchestrator.remote.agent` on the host over one long-lived channel, so a command costs a
+message, not a new SSH channel, and timeouts kill the remote process group on the host itself
+(`agent_client.AgentTransport` is the contract).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from orchestrator.transports.agent_client import AgentTransport
-from orchestrator.transports.base import OutputCallback, Transport
+from orchestrator.transports.agent_client import AgentTransport, OutputCallback
 from orchestrator.transports.local import LocalTransport
 from orchestrator.transports.ssh import SSHTransport, WaitCallback
 
@@ -17,10 +18,10 @@ if TYPE_CHECKING:  # the pydantic models: not imported on the way to the first c
     from orchestrator.config.model import HostSpec
 
 __all__ = [
+    "AgentTransport",
     "LocalTransport",
     "OutputCallback",
     "SSHTransport",
-    "Transport",
     "WaitCallback",
     "make_transport",
 ]

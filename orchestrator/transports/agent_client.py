@@ -10,8 +10,9 @@ Liveness: while a request is in flight the agent sends a heartbeat every `heartb
 nothing at all arrives for `dead_after` seconds the session declares the connection lost and
 closes it, so a vanished host never hangs a caller.
 
-`AgentTransport` is the part of a Transport both implementations share: reconnect-on-demand,
-error mapping of agent answers, retry of idempotent file/probe requests after a reconnect.
+`AgentTransport` is the transport interface and the part both implementations share:
+reconnect-on-demand, error mapping of agent answers, retry of idempotent file/probe requests after
+a reconnect. Transports translate paramiko/socket errors once, into `orchestrator.errors`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import json
 import queue
 import threading
 import time
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from functools import cache
@@ -42,12 +43,14 @@ from orchestrator.remote import agent as agent_mod
 from orchestrator.remote import bootstrap
 from orchestrator.remote import source as remote_source
 from orchestrator.result import Result
-from orchestrator.transports.base import OutputCallback, Transport
 
 if TYPE_CHECKING:  # the pydantic models: not imported on the way to the first connection
     from orchestrator.config.model import HostSpec
 
 log = get_logger(__name__)
+
+#: Called with ("stdout"|"stderr", text) as output arrives, for live progress views.
+OutputCallback = Callable[[str, str], None]
 
 FRAME = agent_mod.FRAME
 MAGIC = agent_mod.MAGIC
@@ -467,24 +470,14 @@ class AgentSession:
         if not self._send_quietly(agent_mod.pack(header), 2.0):
             log.debug("kill request not sent: channel busy", host=self.host)
 
-    def run(
-        self,
-        command: str,
-        *,
-        timeout: float | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | None = None,
-        become: bool = False,
-        on_output: OutputCallback | None = None,
-    ) -> Result:
-        """Run one command through the agent; see `Transport.run`."""
+    def run(self, command: str, timeout: float | None, stdin: bytes | None,
+            on_output: OutputCallback | None, **fields: Any) -> Result:
+        """Run one command through the agent (`fields`: its env, cwd and become); see
+        `AgentTransport.run`."""
         rid = next(self._ids)
         q = self._register(rid)
-        header = {
-            "op": "run", "id": rid, "cmd": command, "env": dict(env or {}), "cwd": cwd,
-            "timeout": timeout, "become": bool(become), "stdin": stdin is not None,
-        }
+        header = {"op": "run", "id": rid, "cmd": command, "timeout": timeout,
+                  "stdin": stdin is not None, **fields}
         out = _Output(on_output)
         done: dict | None = None
         what = f"command `{command}`"
@@ -513,16 +506,19 @@ class AgentSession:
         return _result(command, done, out, timeout, self.host)
 
 
-class AgentTransport(Transport):
-    """A Transport that talks to the agent through an `AgentSession` (reconnecting on demand).
-
-    Subclasses implement `_open_session()` (one connection attempt). `run`, `read_file`,
-    `write_file`, `probe`, `kill_all` and `close` are shared. Several threads may call `run`
-    at once (requests are multiplexed); `kill_all()` and `close()` are safe from any thread.
+class AgentTransport(ABC):
+    """One connection to one host, to its agent through an `AgentSession` (reconnecting on
+    demand). Subclasses implement `_open_session()` (one connection attempt). Several threads
+    may call `run` at once (requests are multiplexed); `kill_all()` and `close()` are safe from
+    any thread.
     """
 
     #: a dry run's connection: the agent writes nothing for itself (make_transport sets it)
     read_only = False
+    #: called (on the calling thread) after a dropped connection was re-opened on demand, before
+    #: the request that needed it is sent; what it raises fails that request. The runner re-takes
+    #: the host's deploy lock here: the lock lives with the connection.
+    on_reconnect: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -572,7 +568,9 @@ class AgentTransport(Transport):
         return dict(s.hello) if s is not None else {}
 
     def connect(self, budget: float | None = None) -> None:
-        """Start the agent (`_start`: one attempt; SSHTransport retries within the budget)."""
+        """Start the agent (`_start`: one attempt; SSHTransport retries transient failures
+        within `budget` seconds). AuthError / HostKeyError at once; TransientConnectError when
+        the budget runs out."""
         with self._lock:
             if self.connected:
                 return
@@ -649,12 +647,16 @@ class AgentTransport(Transport):
         become: bool = False,
         on_output: OutputCallback | None = None,
     ) -> Result:
+        """Run `command` with /bin/sh -c on the host; never raises on a non-zero exit.
+
+        `env` values travel over the channel, never on argv. On timeout the command's whole
+        process group is killed and CommandTimeout is raised. A dropped connection raises
+        ConnectionLost (the command is not re-run here: retries are the stage's business).
+        """
         session = self._ensure()
         try:
-            return session.run(
-                command, timeout=timeout, env=env, cwd=cwd, stdin=stdin, become=become,
-                on_output=on_output,
-            )
+            return session.run(command, timeout, stdin, on_output, env=dict(env or {}), cwd=cwd,
+                               become=bool(become))
         except ConnectionLost as exc:
             log.warning("connection lost", host=self.name, error=exc.message)
             with self._lock:
@@ -679,13 +681,16 @@ class AgentTransport(Transport):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def read_file(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist."""
         header, body = self._call("read_file", {"path": path})
         return None if header.get("value") is None else body
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> None:
+        """Write atomically (temp file + fsync + rename), creating parent directories."""
         self._call("write_file", {"path": path, "mode": mode}, bytes(data))
 
     def probe(self, name: str, /, **args: Any) -> Any:
+        """The JSON answer of the named read-only probe (`orchestrator.remote.probes`)."""
         if name in self._ensure().hello.get("actions", ()):
             raise TransportError(
                 f"{name!r} changes the host: it is an action, sent with act(), never as a probe",
@@ -695,6 +700,8 @@ class AgentTransport(Transport):
         return header.get("value")
 
     def act(self, name: str, /, **args: Any) -> Any:
+        """The JSON answer of the named action (`orchestrator.remote.actions`: it changes the
+        host). No cancellation check here: `Host.act` refuses after Ctrl-C."""
         header, _ = self._call("act", {"name": name, "args": args})
         return header.get("value")
 
@@ -706,11 +713,13 @@ class AgentTransport(Transport):
         return header["value"]
 
     def kill_all(self) -> None:
+        """Stop every remote command this transport started (used on Ctrl-C)."""
         s = self._session
         if s is not None and s.alive:
             s.send_kill(None)
 
     def close(self) -> None:
+        """Close the connection; the agent kills every command still running."""
         self._closed = True
         self._closing.set()
         s, self._session = self._session, None
