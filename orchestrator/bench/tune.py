@@ -43,6 +43,7 @@ from orchestrator.deploy import deploy
 from orchestrator.errors import ConfigError
 from orchestrator.events import utc_now
 from orchestrator.plan import Selection, build_plan
+from orchestrator.summary import from_json
 
 TUNE_FILE = "tune.json"
 OVERRIDE_FILE = "speculative-override.yaml"
@@ -211,17 +212,8 @@ class TuneState:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuneState:
         """From tune.json's document."""
-        entries = [TuneEntry(**{**e, "settings": Candidate(**e["settings"])})
-                   for e in data["candidates"]]
-        rec = data.get("recommendation")
-        if rec is not None:
-            low = rec["best_low_settings"]
-            rec = Recommendation(**{
-                **rec, "per_concurrency": [BestAt(**r) for r in rec["per_concurrency"]],
-                "best_low_settings": Candidate(**low) if low else None})
-        return cls(**{**{k: v for k, v in data.items() if k != "kind"},
-                      "workload": BenchOptions.from_json(data["workload"]),
-                      "candidates": {e.key: e for e in entries}, "recommendation": rec})
+        data = {k: v for k, v in data.items() if k != "kind"}
+        return from_json(cls, {**data, "candidates": {e["key"]: e for e in data["candidates"]}})
 
 
 @dataclass
