@@ -259,15 +259,11 @@ class _Writer:
             os.replace(tmp, self.path)
 
 
-def _label(info: dict[str, Any] | None) -> str:
-    """A configuration's name from /server_info: baseline, or the speculative settings."""
-    info = info or {}
-    algo = info.get("speculative_algorithm")
-    if not algo:
+def spec_label(algorithm: str | None, steps: Any, topk: Any, draft_tokens: Any) -> str:
+    """A configuration's name in reports: baseline, or the speculative settings."""
+    if not algorithm:
         return "baseline"
-    return (f"{algo} steps={info.get('speculative_num_steps')} "
-            f"topk={info.get('speculative_eagle_topk')} "
-            f"draft_tokens={info.get('speculative_num_draft_tokens')}")
+    return f"{algorithm} steps={steps} topk={topk} draft_tokens={draft_tokens}"
 
 
 def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> BenchServer:
@@ -281,7 +277,8 @@ def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> BenchServer
         fingerprint=fp.get("fingerprint"), args=parts.get("args"), python=parts.get("python"),
         sglang_version=info.get("version") or parts.get("sglang"), model=parts.get("model"),
         drafter=parts.get("drafter"), pid=st.process.pid,
-        speculative={k: info.get(k) for k in spec_keys}, label=_label(info))
+        speculative={k: info.get(k) for k in spec_keys},
+        label=spec_label(*(info.get(k) for k in spec_keys[:4])))
 
 
 def _open(target: ServerTarget, budget: float) -> Host:

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.bench.bench import BenchOptions, Progress, run_bench
+from orchestrator.bench.bench import BenchOptions, Progress, run_bench, spec_label
 from orchestrator.config import load_all
 from orchestrator.config.variables import host_variables
 from orchestrator.deploy import deploy
@@ -69,10 +69,7 @@ class Candidate:
     @property
     def label(self) -> str:
         """The name in reports."""
-        if not self.algorithm:
-            return "baseline"
-        return (f"{self.algorithm} steps={self.num_steps} topk={self.eagle_topk} "
-                f"draft_tokens={self.num_draft_tokens}")
+        return spec_label(self.algorithm, self.num_steps, self.eagle_topk, self.num_draft_tokens)
 
     def variables(self) -> dict[str, Any]:
         """The playbook variables that deploy this candidate."""
