@@ -85,10 +85,6 @@ class StageSummary:
     #: how long its check took
     check_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """summary.json's entry: the fields that are not None."""
-        return {k: v for k, v in vars(self).items() if v is not None}
-
 
 @dataclass
 class HostSummary:
@@ -100,10 +96,6 @@ class HostSummary:
     #: why it was unreachable, or who holds its deploy lock
     error: str | None = None
     duration_s: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """summary.json's entry."""
-        return {**vars(self), "stages": {s: st.to_json() for s, st in self.stages.items()}}
 
 
 @dataclass
@@ -121,8 +113,13 @@ class RunSummary:
     hosts: dict[str, HostSummary] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """summary.json's document."""
-        return {**vars(self), "hosts": {h: host.to_json() for h, host in self.hosts.items()}}
+        """summary.json's document (a stage's None fields left out)."""
+        hosts = {}
+        for name, h in self.hosts.items():
+            stages = {s: {k: v for k, v in vars(st).items() if v is not None}
+                      for s, st in h.stages.items()}
+            hosts[name] = {**vars(h), "stages": stages}
+        return {**vars(self), "hosts": hosts}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunSummary:
