@@ -345,12 +345,10 @@ class RunLog:
         self.redactor = redactor
 
     def __call__(self, event_dict: dict[str, Any]) -> None:
-        fields_ = dict(event_dict)
-        name = str(fields_.pop("event", "log"))
-        fields_.pop("timestamp", None)
-        fields_.pop("run_id", None)
-        record: Record = {"event": name, "run_id": self.run_id, "ts": utc_now()}
-        record.update({k: v for k, v in fields_.items() if v is not None})
+        record: Record = {"event": str(event_dict.get("event", "log")), "run_id": self.run_id,
+                          "ts": utc_now()}
+        record.update({k: v for k, v in event_dict.items()
+                       if v is not None and k not in ("event", "timestamp", "run_id")})
         record = self.redactor.redact(record)
         for sink in self.sinks:
             _safely(sink, record)

@@ -1,8 +1,7 @@
 """The `orchestrator` command line: argument parsing, rendering, exit codes.
 
-Exit codes: 0 everything ok; 1 a stage failed; 2 bad input (playbook, inventory, flags);
-3 a host could not be reached; 130 interrupted (Ctrl-C). Our own errors print one clear message;
-anything unexpected writes its traceback to a crash log and asks to report it.
+Exit codes: EXIT_CODES below. Our own errors print one clear message; anything unexpected
+writes its traceback to a crash log and asks to report it.
 """
 
 from __future__ import annotations
