@@ -1,8 +1,8 @@
 """The events of a run, the bus that delivers them, and the events.jsonl writer.
 
 The runner publishes typed events (one frozen dataclass per event, below); consumers implement
-the methods of `EventHandler` they need (one method per event, no-op defaults, as pyinfra's
-BaseStateCallback) and the bus calls them by the event's type. Every event serializes to the flat
+the `EventHandler` methods they need (one per event, named by its `method`, as pyinfra's
+BaseStateCallback) and the bus calls those a handler has. Every event serializes to the flat
 dict written as one line of events.jsonl: `event`, `run_id`, `ts`, then its fields (None fields
 left out). Everything is redacted before it is delivered.
 
@@ -54,6 +54,10 @@ class Event:
     run_id: str = ""
     ts: str = ""
 
+    def __init_subclass__(cls, *, name: str, method: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.method = name, method
+
     def payload(self) -> dict[str, Any]:
         """The event's own fields (without run_id and ts), None ones left out."""
         values = ((name, getattr(self, name)) for name in _payload_names(type(self)))
@@ -75,11 +79,8 @@ def _payload_names(cls: type[Event]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunStarted(Event):
+class RunStarted(Event, name="run.start", method="on_run_started"):
     """The run begins: its hosts, stage ids, node count and options."""
-
-    name: ClassVar[str] = "run.start"
-    method: ClassVar[str] = "on_run_started"
 
     hosts: list[str]
     stages: list[str]
@@ -89,41 +90,29 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunInterrupted(Event):
+class RunInterrupted(Event, name="run.interrupted", method="on_run_interrupted"):
     """Ctrl-C: remote commands are being stopped."""
-
-    name: ClassVar[str] = "run.interrupted"
-    method: ClassVar[str] = "on_run_interrupted"
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunFinished(Event):
+class RunFinished(Event, name="run.end", method="on_run_finished"):
     """The run ended with this exit code."""
-
-    name: ClassVar[str] = "run.end"
-    method: ClassVar[str] = "on_run_finished"
 
     exit_code: int
     duration_s: float
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostStarted(Event):
+class HostStarted(Event, name="host.start", method="on_host_started"):
     """A host's walk begins; `stages` are its stage ids."""
-
-    name: ClassVar[str] = "host.start"
-    method: ClassVar[str] = "on_host_started"
 
     host: str
     stages: list[str]
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostWaiting(Event):
+class HostWaiting(Event, name="host.waiting", method="on_host_waiting"):
     """The host's SSH is not up yet; waiting (attempt n)."""
-
-    name: ClassVar[str] = "host.waiting"
-    method: ClassVar[str] = "on_host_waiting"
 
     host: str
     attempt: int
@@ -132,22 +121,16 @@ class HostWaiting(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostConnected(Event):
+class HostConnected(Event, name="host.connected", method="on_host_connected"):
     """The first connection to the host is open."""
-
-    name: ClassVar[str] = "host.connected"
-    method: ClassVar[str] = "on_host_connected"
 
     host: str
     duration_s: float
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostLockTakenOver(Event):
+class HostLockTakenOver(Event, name="host.lock_takeover", method="on_host_lock_taken_over"):
     """The deploy lock left by a run that is gone was taken over; `previous` names its holder."""
-
-    name: ClassVar[str] = "host.lock_takeover"
-    method: ClassVar[str] = "on_host_lock_taken_over"
 
     host: str
     path: str | None = None
@@ -155,55 +138,40 @@ class HostLockTakenOver(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostLockRetaken(Event):
+class HostLockRetaken(Event, name="host.lock_retaken", method="on_host_lock_retaken"):
     """A re-opened connection took this run's deploy lock again."""
-
-    name: ClassVar[str] = "host.lock_retaken"
-    method: ClassVar[str] = "on_host_lock_retaken"
 
     host: str
     path: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostLockHeld(Event):
+class HostLockHeld(Event, name="host.lock_held", method="on_host_lock_held"):
     """Another deploy holds the host: nothing runs there."""
-
-    name: ClassVar[str] = "host.lock_held"
-    method: ClassVar[str] = "on_host_lock_held"
 
     host: str
     error: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostRebooted(Event):
+class HostRebooted(Event, name="host.rebooted", method="on_host_rebooted"):
     """The host rebooted during the run: its stages are walked again (pass `next_pass`)."""
-
-    name: ClassVar[str] = "host.rebooted"
-    method: ClassVar[str] = "on_host_rebooted"
 
     host: str
     next_pass: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostUnreachable(Event):
+class HostUnreachable(Event, name="host.unreachable", method="on_host_unreachable"):
     """The host could not be reached (or was lost)."""
-
-    name: ClassVar[str] = "host.unreachable"
-    method: ClassVar[str] = "on_host_unreachable"
 
     host: str
     error: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostFinished(Event):
+class HostFinished(Event, name="host.end", method="on_host_finished"):
     """A host's walk ended: ok, failed, unreachable or locked."""
-
-    name: ClassVar[str] = "host.end"
-    method: ClassVar[str] = "on_host_finished"
 
     host: str
     status: str
@@ -211,11 +179,8 @@ class HostFinished(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageStarted(Event):
+class StageStarted(Event, name="stage.start", method="on_stage_started"):
     """A (host, stage) node starts (its kind named)."""
-
-    name: ClassVar[str] = "stage.start"
-    method: ClassVar[str] = "on_stage_started"
 
     host: str
     stage: str
@@ -223,11 +188,8 @@ class StageStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageProgress(Event):
+class StageProgress(Event, name="stage.progress", method="on_stage_progress"):
     """A running stage reports progress."""
-
-    name: ClassVar[str] = "stage.progress"
-    method: ClassVar[str] = "on_stage_progress"
 
     host: str
     stage: str
@@ -235,12 +197,9 @@ class StageProgress(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplicaRoll(Event):
+class ReplicaRoll(Event, name="roll.step", method="on_replica_roll"):
     """A step of a rolling redeploy (`deploy --rolling`) for one replica behind the router:
     removed, drained, redeployed, added, serving, failed."""
-
-    name: ClassVar[str] = "roll.step"
-    method: ClassVar[str] = "on_replica_roll"
 
     host: str
     step: str
@@ -249,11 +208,8 @@ class ReplicaRoll(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageCheckRetry(Event):
+class StageCheckRetry(Event, name="stage.check_retry", method="on_stage_check_retry"):
     """A stage's check was cut by a dropped connection and is asked again."""
-
-    name: ClassVar[str] = "stage.check_retry"
-    method: ClassVar[str] = "on_stage_check_retry"
 
     host: str
     stage: str
@@ -262,11 +218,8 @@ class StageCheckRetry(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageApply(Event):
+class StageApply(Event, name="stage.apply", method="on_stage_apply"):
     """A stage's check found a change needed; applying it."""
-
-    name: ClassVar[str] = "stage.apply"
-    method: ClassVar[str] = "on_stage_apply"
 
     host: str
     stage: str
@@ -275,11 +228,8 @@ class StageApply(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CommandRan(Event):
+class CommandRan(Event, name="command", method="on_command"):
     """A command a stage ran on the host, with its output tails."""
-
-    name: ClassVar[str] = "command"
-    method: ClassVar[str] = "on_command"
 
     host: str
     stage: str
@@ -293,11 +243,8 @@ class CommandRan(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageRetry(Event):
+class StageRetry(Event, name="stage.retry", method="on_stage_retry"):
     """A stage attempt failed; retrying after `sleep_s`."""
-
-    name: ClassVar[str] = "stage.retry"
-    method: ClassVar[str] = "on_stage_retry"
 
     host: str
     stage: str
@@ -307,11 +254,8 @@ class StageRetry(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageFinished(Event):
+class StageFinished(Event, name="stage.end", method="on_stage_finished"):
     """A (host, stage) node ended: its status, duration, reason, attempts, error and facts."""
-
-    name: ClassVar[str] = "stage.end"
-    method: ClassVar[str] = "on_stage_finished"
 
     host: str
     stage: str
@@ -324,95 +268,11 @@ class StageFinished(Event):
     check_s: float | None = None
 
 
-#: Every event class, in the order a run publishes them.
-EVENT_TYPES: tuple[type[Event], ...] = (
-    RunStarted,
-    RunInterrupted,
-    RunFinished,
-    HostStarted,
-    HostWaiting,
-    HostConnected,
-    HostLockTakenOver,
-    HostLockRetaken,
-    HostLockHeld,
-    HostRebooted,
-    HostUnreachable,
-    HostFinished,
-    StageStarted,
-    StageProgress,
-    StageCheckRetry,
-    StageApply,
-    CommandRan,
-    StageRetry,
-    StageFinished,
-)
-
-
 class EventHandler:
-    """The callback interface of a run: one method per event, each a no-op by default.
-
-    Subclass it and implement the methods you need; `EventBus.subscribe` registers it.
+    """The callback interface of a run: an `on_*` method per event, named by the event's
+    `method` (e.g. `on_stage_finished(self, e: StageFinished)`); the bus calls the ones a
+    handler defines and skips the rest. `EventBus.subscribe` registers it.
     """
-
-    def on_run_started(self, e: RunStarted) -> None:
-        """`run.start`."""
-
-    def on_replica_roll(self, e: ReplicaRoll) -> None:
-        """`roll.step`."""
-
-    def on_run_interrupted(self, e: RunInterrupted) -> None:
-        """`run.interrupted`."""
-
-    def on_run_finished(self, e: RunFinished) -> None:
-        """`run.end`."""
-
-    def on_host_started(self, e: HostStarted) -> None:
-        """`host.start`."""
-
-    def on_host_waiting(self, e: HostWaiting) -> None:
-        """`host.waiting`."""
-
-    def on_host_connected(self, e: HostConnected) -> None:
-        """`host.connected`."""
-
-    def on_host_lock_taken_over(self, e: HostLockTakenOver) -> None:
-        """`host.lock_takeover`."""
-
-    def on_host_lock_retaken(self, e: HostLockRetaken) -> None:
-        """`host.lock_retaken`."""
-
-    def on_host_lock_held(self, e: HostLockHeld) -> None:
-        """`host.lock_held`."""
-
-    def on_host_rebooted(self, e: HostRebooted) -> None:
-        """`host.rebooted`."""
-
-    def on_host_unreachable(self, e: HostUnreachable) -> None:
-        """`host.unreachable`."""
-
-    def on_host_finished(self, e: HostFinished) -> None:
-        """`host.end`."""
-
-    def on_stage_started(self, e: StageStarted) -> None:
-        """`stage.start`."""
-
-    def on_stage_progress(self, e: StageProgress) -> None:
-        """`stage.progress`."""
-
-    def on_stage_check_retry(self, e: StageCheckRetry) -> None:
-        """`stage.check_retry`."""
-
-    def on_stage_apply(self, e: StageApply) -> None:
-        """`stage.apply`."""
-
-    def on_command(self, e: CommandRan) -> None:
-        """`command`."""
-
-    def on_stage_retry(self, e: StageRetry) -> None:
-        """`stage.retry`."""
-
-    def on_stage_finished(self, e: StageFinished) -> None:
-        """`stage.end`."""
 
 
 # -- delivery ---------------------------------------------------------------------------------
@@ -457,7 +317,9 @@ class EventBus:
             for sink in self._sinks:
                 _safely(sink, record)
             for handler in self._handlers:
-                _safely(getattr(handler, event.method), event)
+                on_event = getattr(handler, event.method, None)
+                if on_event is not None:
+                    _safely(on_event, event)
         return event
 
 
@@ -483,12 +345,10 @@ class RunLog:
         self.redactor = redactor
 
     def __call__(self, event_dict: dict[str, Any]) -> None:
-        fields_ = dict(event_dict)
-        name = str(fields_.pop("event", "log"))
-        fields_.pop("timestamp", None)
-        fields_.pop("run_id", None)
-        record: Record = {"event": name, "run_id": self.run_id, "ts": utc_now()}
-        record.update({k: v for k, v in fields_.items() if v is not None})
+        record: Record = {"event": str(event_dict.get("event", "log")), "run_id": self.run_id,
+                          "ts": utc_now()}
+        record.update({k: v for k, v in event_dict.items()
+                       if v is not None and k not in ("event", "timestamp", "run_id")})
         record = self.redactor.redact(record)
         for sink in self.sinks:
             _safely(sink, record)

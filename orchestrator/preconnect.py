@@ -42,11 +42,8 @@ if TYPE_CHECKING:
 OnWait = Callable[[int, float, BaseException], None]
 
 
-class _Opaque:
-    """A value behind a YAML tag (`!env NAME`): known only once the inventory is loaded."""
-
-
-_OPAQUE = _Opaque()
+#: a value behind a YAML tag (`!env NAME`): known only once the inventory is loaded
+_OPAQUE = object()
 
 
 @functools.cache

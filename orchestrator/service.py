@@ -64,15 +64,6 @@ class ServiceTarget:
         """The files of its state dir."""
         return ServerLayout(self.state_dir)
 
-    @property
-    def log_path(self) -> str:
-        """STATE_DIR/server.log."""
-        return self.layout.log
-
-
-def _empty_playbook() -> Playbook:
-    return Playbook(name="service", stages=[StageSpec(id="noop", run="true")])
-
 
 def resolve_targets(
     inventory: Inventory | str,
@@ -85,7 +76,7 @@ def resolve_targets(
     """The hosts to act on, with their state dir, API address and key (see the module rule)."""
     inv = load_inventory(inventory) if isinstance(inventory, str) else inventory
     env = os.environ if environ is None else environ
-    pb = _empty_playbook()
+    pb = Playbook(name="service", stages=[StageSpec(id="noop", run="true")])
     plan = build_plan(pb, inv, Selection.from_args(limit))
     explicit = bool(limit)
     targets: list[ServiceTarget] = []
@@ -265,9 +256,9 @@ def tail_logs(targets: list[ServiceTarget], lines: int = 50, *,
               ) -> list[dict[str, Any]]:
     """The last `lines` lines of each host's server log: [{"host", "lines"|"error"}]."""
     def one(target: ServiceTarget, host: Host) -> dict[str, Any]:
-        res = host.fact(LogTail, path=target.log_path, lines=lines)
+        res = host.fact(LogTail, path=target.layout.log, lines=lines)
         if not res.exists:
-            return {"host": target.name, "lines": [], "missing": target.log_path}
+            return {"host": target.name, "lines": [], "missing": target.layout.log}
         return {"host": target.name, "lines": list(res.lines)}
 
     return _on_each(targets, one, factory, budget)
@@ -276,7 +267,7 @@ def tail_logs(targets: list[ServiceTarget], lines: int = 50, *,
 def _follow_one(target: ServiceTarget, host: Host, pos: tuple[int, int | None], partial: str,
                 write: Callable[[str], None]) -> tuple[tuple[int, int | None], str]:
     """Print the new complete lines of one log; the new position and the unfinished line."""
-    res = host.fact(LogChunk, path=target.log_path, offset=pos[0], inode=pos[1])
+    res = host.fact(LogChunk, path=target.layout.log, offset=pos[0], inode=pos[1])
     if res.rotated:
         write(f"{target.name} | --- log rotated (server restarted) ---")
         partial = ""
@@ -305,7 +296,7 @@ def follow_logs(
         for target in targets:
             host = hosts[target.name] = open_host(target, factory, budget)
             # one read: the lines shown and where following starts (no line lost in between)
-            res = host.fact(LogTail, path=target.log_path, lines=lines, complete=True)
+            res = host.fact(LogTail, path=target.layout.log, lines=lines, complete=True)
             for line in res.lines:
                 write(f"{target.name} | {REDACTOR.redact(line)}")
             pos[target.name] = (res.offset, res.inode)

@@ -8,12 +8,16 @@ below by name, a stage's None fields left out) at the end. Readers get a `RunSum
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import os
 import time
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator.events import (
     EventHandler,
@@ -41,6 +45,34 @@ def json_text(value: Any, depth: int, indent: str = "") -> str:
     return json.dumps(value, default=str)
 
 
+T = TypeVar("T")
+
+
+def from_json(cls: type[T], data: dict[str, Any]) -> T:
+    """The dataclass CLS from its JSON object, each value converted by its field's type (nested
+    dataclasses, enums, list, tuple, dict, X | None); a missing key takes the field's default,
+    one that is not a field is a TypeError."""
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: _typed(hints.get(k, Any), v) for k, v in data.items()})
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if value is None:
+        return None
+    if origin in (types.UnionType, typing.Union):
+        return _typed(next(a for a in args if a is not type(None)), value)
+    if origin in (list, tuple):
+        return origin(_typed(args[0], v) for v in value)
+    if origin is dict:
+        return {k: _typed(args[1], v) for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return from_json(hint, value)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    return value
+
+
 @dataclass(frozen=True)
 class StageSummary:
     """How one (host, stage) node ended (its last walk, when a reboot walked the host again)."""
@@ -53,15 +85,6 @@ class StageSummary:
     #: how long its check took
     check_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """summary.json's entry: the fields that are not None."""
-        return {k: v for k, v in vars(self).items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StageSummary:
-        """From summary.json's entry."""
-        return cls(**{**data, "status": Status(data["status"])})
-
 
 @dataclass
 class HostSummary:
@@ -73,17 +96,6 @@ class HostSummary:
     #: why it was unreachable, or who holds its deploy lock
     error: str | None = None
     duration_s: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """summary.json's entry."""
-        return {**vars(self), "stages": {s: st.to_json() for s, st in self.stages.items()}}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HostSummary:
-        """From summary.json's entry."""
-        stages = {s: StageSummary.from_json(st) for s, st in data.get("stages", {}).items()}
-        return cls(**{**data, "status": Status(data.get("status", Status.PENDING)),
-                      "stages": stages})
 
 
 @dataclass
@@ -101,14 +113,18 @@ class RunSummary:
     hosts: dict[str, HostSummary] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """summary.json's document."""
-        return {**vars(self), "hosts": {h: host.to_json() for h, host in self.hosts.items()}}
+        """summary.json's document (a stage's None fields left out)."""
+        hosts = {}
+        for name, h in self.hosts.items():
+            stages = {s: {k: v for k, v in vars(st).items() if v is not None}
+                      for s, st in h.stages.items()}
+            hosts[name] = {**vars(h), "stages": stages}
+        return {**vars(self), "hosts": hosts}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunSummary:
         """From summary.json's document."""
-        hosts = {h: HostSummary.from_json(host) for h, host in data.get("hosts", {}).items()}
-        return cls(**{**data, "hosts": hosts})
+        return from_json(cls, data)
 
     @classmethod
     def read(cls, path: Path) -> RunSummary:

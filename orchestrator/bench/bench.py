@@ -38,6 +38,7 @@ from orchestrator.plan import Selection, build_plan, render_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.sglang import benchmark
 from orchestrator.sglang.api import local_url
+from orchestrator.summary import from_json
 from orchestrator.transports import make_transport
 
 RESULTS_KIND = "orchestrator-bench"
@@ -61,11 +62,6 @@ class BenchOptions:
     dataset_path: str | None = None
     #: seconds one benchmark run may take
     run_timeout: float = 3600.0
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BenchOptions:
-        """From its JSON (asdict) form."""
-        return cls(**{**data, "concurrency": tuple(data["concurrency"])})
 
     def prompts_for(self, concurrency: int) -> int:
         """Requests of the run at this concurrency."""
@@ -190,13 +186,6 @@ class HostBench:
     module: str | None = None
     error: str | None = None
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HostBench:
-        """From results.json's section."""
-        server = data.get("server")
-        return cls(**{**data, "runs": [BenchRun(**r) for r in data.get("runs", [])],
-                      "server": BenchServer(**server) if server else None})
-
 
 @dataclass
 class BenchResults:
@@ -233,8 +222,7 @@ class BenchResults:
     def from_json(cls, data: dict[str, Any], path: str | None = None) -> BenchResults:
         """From results.json's document."""
         data = {k: v for k, v in data.items() if k not in ("kind", "version")}
-        return cls(**{**data, "options": BenchOptions.from_json(data["options"]), "path": path,
-                      "hosts": {n: HostBench.from_json(h) for n, h in data["hosts"].items()}})
+        return from_json(cls, {**data, "path": path})
 
 
 @dataclass
@@ -271,15 +259,11 @@ class _Writer:
             os.replace(tmp, self.path)
 
 
-def _label(info: dict[str, Any] | None) -> str:
-    """A configuration's name from /server_info: baseline, or the speculative settings."""
-    info = info or {}
-    algo = info.get("speculative_algorithm")
-    if not algo:
+def spec_label(algorithm: str | None, steps: Any, topk: Any, draft_tokens: Any) -> str:
+    """A configuration's name in reports: baseline, or the speculative settings."""
+    if not algorithm:
         return "baseline"
-    return (f"{algo} steps={info.get('speculative_num_steps')} "
-            f"topk={info.get('speculative_eagle_topk')} "
-            f"draft_tokens={info.get('speculative_num_draft_tokens')}")
+    return f"{algorithm} steps={steps} topk={topk} draft_tokens={draft_tokens}"
 
 
 def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> BenchServer:
@@ -293,7 +277,8 @@ def _server_record(st: ServerStatus, info: dict[str, Any] | None) -> BenchServer
         fingerprint=fp.get("fingerprint"), args=parts.get("args"), python=parts.get("python"),
         sglang_version=info.get("version") or parts.get("sglang"), model=parts.get("model"),
         drafter=parts.get("drafter"), pid=st.process.pid,
-        speculative={k: info.get(k) for k in spec_keys}, label=_label(info))
+        speculative={k: info.get(k) for k in spec_keys},
+        label=spec_label(*(info.get(k) for k in spec_keys[:4])))
 
 
 def _open(target: ServerTarget, budget: float) -> Host:

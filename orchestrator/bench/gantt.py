@@ -70,9 +70,7 @@ class Timeline:
 
 def _bar(bars: dict[tuple[str, str], StageBar], e: dict[str, Any]) -> StageBar:
     key = (e["host"], e["stage"])
-    if key not in bars:
-        bars[key] = StageBar(e["host"], e["stage"])
-    return bars[key]
+    return bars.setdefault(key, StageBar(*key))
 
 
 def _host_event(hosts: dict[str, HostLine], name: str, e: dict[str, Any], t: float) -> None:

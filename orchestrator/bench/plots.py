@@ -38,14 +38,10 @@ def _xaxis(ax: Any, cs: list[int]) -> None:
     ax.grid(alpha=0.3)
 
 
-def _line(ax: Any, s: Series, key: str, i: int, **kw: Any) -> bool:
+def _line(ax: Any, s: Series, key: str, i: int, **kw: Any) -> None:
     cs = [c for c in sorted(s.points) if s.value(c, key) is not None]
-    if not cs:
-        return False
-    style = _style(s, i)
-    style.update(kw)
-    ax.plot(cs, [s.value(c, key) for c in cs], **style)
-    return True
+    if cs:
+        ax.plot(cs, [s.value(c, key) for c in cs], **{**_style(s, i), **kw})
 
 
 def _save(fig: Any, path: Path) -> Path:

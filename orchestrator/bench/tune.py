@@ -36,13 +36,14 @@ from typing import Any
 
 import yaml
 
-from orchestrator.bench.bench import BenchOptions, Progress, run_bench
+from orchestrator.bench.bench import BenchOptions, Progress, run_bench, spec_label
 from orchestrator.config import load_all
 from orchestrator.config.variables import host_variables
 from orchestrator.deploy import deploy
 from orchestrator.errors import ConfigError
 from orchestrator.events import utc_now
 from orchestrator.plan import Selection, build_plan
+from orchestrator.summary import from_json
 
 TUNE_FILE = "tune.json"
 OVERRIDE_FILE = "speculative-override.yaml"
@@ -68,10 +69,7 @@ class Candidate:
     @property
     def label(self) -> str:
         """The name in reports."""
-        if not self.algorithm:
-            return "baseline"
-        return (f"{self.algorithm} steps={self.num_steps} topk={self.eagle_topk} "
-                f"draft_tokens={self.num_draft_tokens}")
+        return spec_label(self.algorithm, self.num_steps, self.eagle_topk, self.num_draft_tokens)
 
     def variables(self) -> dict[str, Any]:
         """The playbook variables that deploy this candidate."""
@@ -211,17 +209,8 @@ class TuneState:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuneState:
         """From tune.json's document."""
-        entries = [TuneEntry(**{**e, "settings": Candidate(**e["settings"])})
-                   for e in data["candidates"]]
-        rec = data.get("recommendation")
-        if rec is not None:
-            low = rec["best_low_settings"]
-            rec = Recommendation(**{
-                **rec, "per_concurrency": [BestAt(**r) for r in rec["per_concurrency"]],
-                "best_low_settings": Candidate(**low) if low else None})
-        return cls(**{**{k: v for k, v in data.items() if k != "kind"},
-                      "workload": BenchOptions.from_json(data["workload"]),
-                      "candidates": {e.key: e for e in entries}, "recommendation": rec})
+        data = {k: v for k, v in data.items() if k != "kind"}
+        return from_json(cls, {**data, "candidates": {e["key"]: e for e in data["candidates"]}})
 
 
 @dataclass

@@ -116,43 +116,40 @@ class ConsoleView(EventHandler):
     @_locked
     def on_host_started(self, e: HostStarted) -> None:
         self._line(e.host).total = len(e.stages)
-        self._print(f"[{e.host}] connecting")
+        self._say(e.host, "connecting")
 
     @_locked
     def on_host_connected(self, e: HostConnected) -> None:
         self._line(e.host).state = "running"
-        self._print(f"[{e.host}] connected in {e.duration_s:.1f}s")
+        self._say(e.host, f"connected in {e.duration_s:.1f}s")
 
     @_locked
     def on_host_waiting(self, e: HostWaiting) -> None:
         line = self._line(e.host)
         line.state = "waiting for SSH"
         line.message = f"attempt {e.attempt}, {e.elapsed_s}s: {e.error}"
-        self._print(f"[{e.host}] waiting for SSH ({line.message})")
+        self._say(e.host, f"waiting for SSH ({line.message})")
 
     @_locked
     def on_host_unreachable(self, e: HostUnreachable) -> None:
         self._line(e.host).state = Status.UNREACHABLE
-        self._print(f"[{e.host}] UNREACHABLE: {e.error}", style="bold red")
+        self._say(e.host, f"UNREACHABLE: {e.error}", style="bold red")
 
     @_locked
     def on_host_rebooted(self, e: HostRebooted) -> None:
-        self._line(e.host)
-        self._print(f"[{e.host}] the host rebooted during this run: running its stages again "
-                    f"(pass {e.next_pass})", style="yellow")
+        self._say(e.host, "the host rebooted during this run: running its stages again "
+                  f"(pass {e.next_pass})", style="yellow")
 
     @_locked
     def on_host_lock_held(self, e: HostLockHeld) -> None:
         self._line(e.host).state = Status.LOCKED
-        self._print(f"[{e.host}] LOCKED: {e.error}", style="bold red")
+        self._say(e.host, f"LOCKED: {e.error}", style="bold red")
 
     @_locked
     def on_host_lock_taken_over(self, e: HostLockTakenOver) -> None:
-        self._line(e.host)
         prev = e.previous or {}
-        self._print(f"[{e.host}] took over the deploy lock left by run {prev.get('run_id')} "
-                    f"({prev.get('user')}@{prev.get('operator')}), which is gone",
-                    style="yellow")
+        self._say(e.host, f"took over the deploy lock left by run {prev.get('run_id')} "
+                  f"({prev.get('user')}@{prev.get('operator')}), which is gone", style="yellow")
 
     @_locked
     def on_host_finished(self, e: HostFinished) -> None:
@@ -162,8 +159,8 @@ class ConsoleView(EventHandler):
     def on_replica_roll(self, e: ReplicaRoll) -> None:
         took = f" ({e.duration_s:.1f}s)" if e.duration_s is not None else ""
         detail = f": {e.detail}" if e.detail else ""
-        self._print(f"[{e.host}] rolling: {e.step}{detail}{took}",
-                    style="bold red" if e.step == "failed" else "cyan")
+        self._say(e.host, f"rolling: {e.step}{detail}{took}",
+                  style="bold red" if e.step == "failed" else "cyan")
 
     # -- stages ------------------------------------------------------------------------------
 
@@ -180,19 +177,16 @@ class ConsoleView(EventHandler):
         if not self.live_mode and now - self._last_progress.get(key, 0) >= self.progress_every:
             self._last_progress[key] = now
             started = line.running.get(e.stage, now)
-            self._print(f"[{e.host}] {e.stage} ({now - started:.0f}s) {line.message}",
-                        style="dim")
+            self._say(e.host, f"{e.stage} ({now - started:.0f}s) {line.message}", style="dim")
 
     @_locked
     def on_stage_retry(self, e: StageRetry) -> None:
-        self._line(e.host)
-        self._print(f"[{e.host}] {e.stage} attempt {e.attempt} failed "
-                    f"({e.error}); retrying in {e.sleep_s}s", style="yellow")
+        self._say(e.host, f"{e.stage} attempt {e.attempt} failed ({e.error}); retrying in "
+                  f"{e.sleep_s}s", style="yellow")
 
     @_locked
     def on_stage_check_retry(self, e: StageCheckRetry) -> None:
-        self._line(e.host)
-        self._print(f"[{e.host}] {e.stage} check cut ({e.error}); asking again", style="yellow")
+        self._say(e.host, f"{e.stage} check cut ({e.error}); asking again", style="yellow")
 
     @_locked
     def on_stage_finished(self, e: StageFinished) -> None:
@@ -227,11 +221,14 @@ class ConsoleView(EventHandler):
             where = f"[{host}] {stage}: " if stage else (f"[{host}] " if host else "")
             self._print(f"{where}{record['level']}: {kind} {extra}".rstrip(), style="yellow")
 
+    def _say(self, host: str, text: str, style: str | None = None) -> None:
+        """A line about HOST (which gets a row in the live view)."""
+        self._line(host)
+        self._print(f"[{host}] {text}", style)
+
     def _print(self, text: str, style: str | None = None) -> None:
-        if self._live is not None:
-            self._live.console.print(Text(text, style=style or ""))
-        else:
-            self.console.print(Text(text, style=style or ""))
+        # the live display (when running) prints through the same console, above its rows
+        self.console.print(Text(text, style=style or ""))
 
     # -- live renderable ---------------------------------------------------------------------
 

@@ -1,8 +1,7 @@
 """The `orchestrator` command line: argument parsing, rendering, exit codes.
 
-Exit codes: 0 everything ok; 1 a stage failed; 2 bad input (playbook, inventory, flags);
-3 a host could not be reached; 130 interrupted (Ctrl-C). Our own errors print one clear message;
-anything unexpected writes its traceback to a crash log and asks to report it.
+Exit codes: EXIT_CODES below. Our own errors print one clear message; anything unexpected
+writes its traceback to a crash log and asks to report it.
 """
 
 from __future__ import annotations
@@ -160,33 +159,23 @@ def _command_of(argv: list[str]) -> str | None:
 
 # -- commands ---------------------------------------------------------------------------------
 
-def _load(playbook: str, inventory: str | None, var: list[str]) -> tuple[Any, Any, dict]:
-    import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
-    from orchestrator.config import load_all, load_playbook, parse_cli_vars
-
-    cli_vars = parse_cli_vars(var)
-    if inventory is None:
-        return load_playbook(playbook), None, cli_vars
-    pb, inv = load_all(playbook, inventory, cli_vars)
-    return pb, inv, cli_vars
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    if args.inventory is None:
-        import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
-        from orchestrator.config import load_playbook_alone, parse_cli_vars
+    import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
+    from orchestrator.config import load_all, load_playbook_alone, parse_cli_vars
 
-        pb, needs = load_playbook_alone(args.playbook, parse_cli_vars(args.var))
-        print(f"ok: {args.playbook}: {len(pb.stages)} stage(s)")
-        if needs:
-            names = sorted({name for _, name in needs})
-            print(f"note: {len(names)} variable(s) the playbook uses are defined by no file it "
-                  f"loads; the inventory (or --var) must define them: {', '.join(names)}")
-            for location, name in needs:
-                print(f"  {location}: {name}")
+    cli_vars = parse_cli_vars(args.var)
+    if args.inventory is not None:
+        pb, inv = load_all(args.playbook, args.inventory, cli_vars)
+        print(f"ok: {args.playbook}: {len(pb.stages)} stage(s), {len(inv.hosts)} host(s)")
         return 0
-    pb, inv, _ = _load(args.playbook, args.inventory, args.var)
-    print(f"ok: {args.playbook}: {len(pb.stages)} stage(s), {len(inv.hosts)} host(s)")
+    pb, needs = load_playbook_alone(args.playbook, cli_vars)
+    print(f"ok: {args.playbook}: {len(pb.stages)} stage(s)")
+    if needs:
+        names = sorted({name for _, name in needs})
+        print(f"note: {len(names)} variable(s) the playbook uses are defined by no file it "
+              f"loads; the inventory (or --var) must define them: {', '.join(names)}")
+        for location, name in needs:
+            print(f"  {location}: {name}")
     return 0
 
 

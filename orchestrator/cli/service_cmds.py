@@ -13,6 +13,7 @@ otherwise; stop 0 when every server is stopped; 3 when a host could not be reach
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
@@ -148,10 +149,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     targets, budget = _targets(args)
     if args.follow:
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             follow_logs(targets, _out, lines=args.lines, budget=budget)
-        except KeyboardInterrupt:
-            return 0
         return 0
     code = 0
     for res in tail_logs(targets, args.lines, budget=budget):
