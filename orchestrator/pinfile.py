@@ -131,14 +131,14 @@ def load_pin(path: str | os.PathLike[str]) -> PinFile:
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise ConfigError([ConfigProblem(where, "lock file not found")]) from None
+        raise ConfigError([ConfigProblem(where, "pin file not found")]) from None
     except (OSError, ValueError) as exc:
-        raise ConfigError([ConfigProblem(where, f"not a readable JSON lock file: {exc}")]) \
+        raise ConfigError([ConfigProblem(where, f"not a readable JSON pin file: {exc}")]) \
             from None
     if not isinstance(data, dict) or data.get("lock_version") != PIN_VERSION \
             or not isinstance(data.get("stages"), dict):
         raise ConfigError([ConfigProblem(
-            where, f"not a deploy lock file (lock_version {PIN_VERSION} with `stages`)",
+            where, f"not a pin file (lock_version {PIN_VERSION} with `stages`)",
             "use the deploy.lock.json that a deploy wrote into its run directory")])
     return PinFile(**{f.name: data[f.name] for f in fields(PinFile) if f.name in data})
 

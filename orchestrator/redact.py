@@ -2,7 +2,7 @@
 
 Secrets are: vars marked secret in a playbook or inventory, and the values of environment
 variables whose NAME contains TOKEN, KEY, SECRET or PASSWORD. Every console line, event, summary,
-lock file and error message passes through `Redactor.redact` before it leaves the process.
+pin file and error message passes through `Redactor.redact` before it leaves the process.
 """
 
 from __future__ import annotations

@@ -124,10 +124,10 @@ def test_pinned_refuses_a_stage_the_pin_file_has_no_entry_for() -> None:
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (None, "lock file not found"),
-    ("{not json", "not a readable JSON lock file"),
-    ('{"lock_version": 99, "stages": {}}', "not a deploy lock file"),
-    ('["a list"]', "not a deploy lock file"),
+    (None, "pin file not found"),
+    ("{not json", "not a readable JSON pin file"),
+    ('{"lock_version": 99, "stages": {}}', "not a pin file"),
+    ('["a list"]', "not a pin file"),
 ])
 def test_load_pin_refuses_what_is_not_a_lock(tmp_path: Path, content: str | None,
                                               message: str) -> None:
@@ -238,8 +238,8 @@ def test_pip_refuses_what_the_lock_cannot_give() -> None:
     assert "'packages' refused by --locked" in text
     assert "'sglang==0.5.22' does not admit the locked version sglang 0.5.23" in text
     assert "huggingface_hub is required" in text and "no version of it" in text
-    assert "the lock has compressed-tensors 0.18.0 but no requirement asks for it" in text
-    assert "deploy without --locked" in text and "promote the new lock" in text
+    assert "the pin has compressed-tensors 0.18.0 but no requirement asks for it" in text
+    assert "deploy without --locked" in text and "promote the new pin" in text
     # a dry run reports the same as drift instead of raising
     requirements, refusals = stage._pinned_requirements(lock)
     assert len(refusals) == 3 and requirements == []

@@ -325,7 +325,7 @@ def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
     out.print(f"run record: {outcome.run_dir}/summary.json")
     out.print(f"events:     {outcome.run_dir}/events.jsonl")
     if outcome.pin_path is not None:
-        out.print(f"lock file:  {outcome.run_dir}/deploy.lock.json")
+        out.print(f"pin file:   {outcome.run_dir}/deploy.lock.json")
 
 
 def _interrupt_on_signals() -> None:

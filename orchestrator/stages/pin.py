@@ -33,7 +33,7 @@ P = TypeVar("P", bound=StagePin)
 
 #: what to do when a pinned deploy refuses
 PIN_HINT = ("make the playbook/inventory produce the locked value again, or deploy without "
-            "--locked to move on, then promote the new lock (the deploy.lock.json that deploy "
+            "--locked to move on, then promote the new pin (the deploy.lock.json that deploy "
             "writes into its run directory)")
 REFUSES = "deploy --locked refuses this"
 
@@ -52,7 +52,7 @@ def pinned(ctx: StageContext, kind: type[P]) -> P | Needed | None:
     pin = ctx.pin
     if pin is None or isinstance(pin, kind):
         return pin
-    return refuse(ctx, "the lock file has no entry for this stage (it was not run in the locked "
+    return refuse(ctx, "the pin file has no entry for this stage (it was not run in the locked "
                   "deploy, or its hosts disagreed)")
 
 
@@ -66,7 +66,7 @@ def refuse(ctx: StageContext, what: str, *, hint: str = PIN_HINT) -> Needed:
 def differs(ctx: StageContext, what: str, would: Any, pinned: Any,
             *, hint: str = PIN_HINT) -> Needed:
     """`refuse` with the usual wording: what this deploy would produce vs the pinned value."""
-    return refuse(ctx, f"{what}: this deploy would give {short(would)}, the lock has "
+    return refuse(ctx, f"{what}: this deploy would give {short(would)}, the pin has "
                   f"{short(pinned)}", hint=hint)
 
 

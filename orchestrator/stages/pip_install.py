@@ -213,7 +213,7 @@ class PipInstallStage(Stage, kind="pip_install"):
             key = canonicalize_name(req.name)
             seen.add(key)
             if key not in pins:
-                refusals.append(f"{req.name} is required ({text!r}) but the lock has no "
+                refusals.append(f"{req.name} is required ({text!r}) but the pin has no "
                                 "version of it")
                 continue
             version = pins[key][1]
@@ -230,7 +230,7 @@ class PipInstallStage(Stage, kind="pip_install"):
             pinned.append(f"{req.name}{extras}=={version}{marker}")
         for key, (name, version) in sorted(pins.items()):
             if key not in seen:
-                refusals.append(f"the lock has {name} {version} but no requirement asks for it")
+                refusals.append(f"the pin has {name} {version} but no requirement asks for it")
         return pinned, refusals
 
     def _requirements(self, ctx: StageContext) -> list[str]:
@@ -322,11 +322,11 @@ def _drift(problem: str, pin: PipPin) -> str:
     0.5.23'."""
     m = re.match(r"^(\S+) (\S+) does not satisfy ==(\S+)$", problem)
     if m:
-        return f"{m.group(1)} {m.group(2)} on the host, the lock has {m.group(3)}"
+        return f"{m.group(1)} {m.group(2)} on the host, the pin has {m.group(3)}"
     m = re.match(r"^(\S+) is not installed$", problem)
     versions = {canonicalize_name(n): v for n, v in (pin.versions or {}).items()}
     if m and canonicalize_name(m.group(1)) in versions:
-        return f"{m.group(1)} not installed, the lock has {versions[canonicalize_name(m.group(1))]}"
+        return f"{m.group(1)} not installed, the pin has {versions[canonicalize_name(m.group(1))]}"
     return problem
 
 

@@ -169,7 +169,7 @@ class PythonVenvStage(Stage, kind="python_venv"):
         return differs(ctx, f"python version of {whose}", have, want,
                        hint=f"make the venv with a python {want} (`python:` param; remove "
                        f"{self.params.path} if it holds another version), or deploy without "
-                       "--locked to move on, then promote the new lock")
+                       "--locked to move on, then promote the new pin")
 
     def _inspect_files(self, host: Host, ctx: StageContext) -> VenvLook | None:
         """The venv as its files tell (no interpreter starts), when they show a working one:

@@ -1,4 +1,4 @@
-"""Repeatable deploys end to end: staging (gpu-1) writes a lock file, prod (gpu-2) deploys
+"""Repeatable deploys end to end: staging (gpu-1) writes a pin file, prod (gpu-2) deploys
 `--locked` to it, and a drafter revision that moved is refused before anything changes.
 
 One simulated fleet with two boxes; each has its own base_dir and loopback address, as staging
@@ -24,7 +24,7 @@ from tests.sim.conftest import assert_nothing_left
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = str(REPO / "playbooks/kimi-k2.6-eagle3.yaml")
 SCALE = 0.001
-CANARY = "sk-lock-canary-6b1f0c"  # the API key: must never reach a lock file
+CANARY = "sk-lock-canary-6b1f0c"  # the API key: must never reach a pin file
 STAGING, PROD = "gpu-1", "gpu-2"
 
 
@@ -91,7 +91,7 @@ def _refs(boxes: Fleet, repo: str) -> dict[str, str]:
 def test_staging_deploy_writes_the_lock_of_what_it_ran(boxes: Fleet) -> None:
     r = boxes.run("deploy", STAGING)
     assert r.code == 0, r.stdout + r.stderr
-    assert "lock file:" in r.stdout
+    assert "pin file:" in r.stdout
     lock = _lock(r)
     boxes.locks[STAGING] = r.run_dir / "deploy.lock.json"  # type: ignore[operator]
     st = lock["stages"]
@@ -187,7 +187,7 @@ def test_locked_deploy_refuses_a_moved_drafter_before_changing_anything(boxes: F
     old, new = _refs(boxes, EAGLE3_REPO)[EAGLE3_OLD_BRANCH], _refs(boxes, EAGLE3_REPO)["main"]
     assert "drafter" in error and "refused by --locked" in error
     assert old[:12] in error and new[:12] in error
-    assert "deploy without --locked" in error and "promote the new lock" in error
+    assert "deploy without --locked" in error and "promote the new pin" in error
     # nothing changed: the drafter's files and manifest, the running server
     assert (drafter / ".orchestrator" / "manifest.json").read_text() == manifest
     assert {p.name: (p.stat().st_mtime_ns, p.stat().st_size)
@@ -204,7 +204,7 @@ def test_a_lock_file_that_is_not_json_is_a_usage_error(boxes: Fleet) -> None:
     bad.write_text("this is not { json")
     r = boxes.run("deploy", PROD, "--locked", str(bad))
     assert r.code == 2
-    assert "not a readable JSON lock file" in r.stdout + r.stderr
+    assert "not a readable JSON pin file" in r.stdout + r.stderr
     r = boxes.run("plan", PROD, "--locked", str(boxes.work / "missing.json"))
     assert r.code == 2
-    assert "lock file not found" in r.stdout + r.stderr
+    assert "pin file not found" in r.stdout + r.stderr

@@ -209,7 +209,7 @@ def test_replicas_behind_the_real_router_roll_without_losing_a_request(tmp_path:
         locked = deploy(PLAYBOOK, inventory, run_dir=tmp_path / "runs", pin_path=one.pin_path,
                         selection=Selection(only=["router"]), cli_vars={"router_policy": "random"})
         assert locked.exit_code == 1
-        assert "policy: this deploy would give random, the lock has round_robin" in \
+        assert "policy: this deploy would give random, the pin has round_robin" in \
             locked.summary.hosts[ROUTER].stages["router"].error
 
         seen = Collector()

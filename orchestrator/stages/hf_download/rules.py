@@ -194,7 +194,7 @@ def pin_commit(ctx: StageContext, p: HfDownloadParams, pin: HfPin,
         if not COMMIT_RE.match(p.revision):
             how += f" ({p.revision!r} is a branch or tag name: those move, commits do not)"
         return refuse(ctx, f"revision {p.revision!r} of {p.repo} is commit {short(commit)}, "
-                      f"the lock has {short(pin.commit)}",
+                      f"the pin has {short(pin.commit)}",
                       hint=f"{how}, or deploy without --locked to move on, then promote "
                       "the new lock (the deploy.lock.json that deploy writes)")
     return None

@@ -234,6 +234,6 @@ def version_drift(have: str | None, want: str | None, *, dry_run: bool) -> tuple
         # under deploy the preflight reports the broken venv
         return None
     if dry_run:
-        return ("needed", f"drift: sglang {have} installed, the lock has {want} (deploy "
+        return ("needed", f"drift: sglang {have} installed, the pin has {want} (deploy "
                 "--locked installs the locked version first, then restarts)")
-    return ("refuse", f"sglang version: this deploy would run {have}, the lock has {want}")
+    return ("refuse", f"sglang version: this deploy would run {have}, the pin has {want}")
