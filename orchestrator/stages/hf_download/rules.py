@@ -196,7 +196,7 @@ def pin_commit(ctx: StageContext, p: HfDownloadParams, pin: HfPin,
         return refuse(ctx, f"revision {p.revision!r} of {p.repo} is commit {short(commit)}, "
                       f"the pin has {short(pin.commit)}",
                       hint=f"{how}, or deploy without --locked to move on, then promote "
-                      "the new lock (the deploy.lock.json that deploy writes)")
+                      "the new pin (the deploy.lock.json that deploy writes)")
     return None
 
 

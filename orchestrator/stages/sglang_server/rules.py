@@ -215,10 +215,10 @@ def pin_drift(entry: ServerPin, pin: ServerPin) -> list[str]:
     """How this launch differs from the pinned one: args, bind, environment (not the version)."""
     drift = []
     if entry.args != pin.args:
-        drift.append("launch arguments (lock -> this deploy): "
+        drift.append("launch arguments (pin -> this deploy): "
                      + "; ".join(arg_changes(pin.args, entry.args)))
     if entry.bind != pin.bind:
-        drift.append(f"--host reaches {entry.bind}, the lock's reached {pin.bind}")
+        drift.append(f"--host reaches {entry.bind}, the pin's reached {pin.bind}")
     if (entry.env_names, entry.env_sha256) != (pin.env_names, pin.env_sha256):
         a, b = set(pin.env_names), set(entry.env_names)
         what = [f"+{n}" for n in sorted(b - a)] + [f"-{n}" for n in sorted(a - b)]
@@ -235,5 +235,5 @@ def version_drift(have: str | None, want: str | None, *, dry_run: bool) -> tuple
         return None
     if dry_run:
         return ("needed", f"drift: sglang {have} installed, the pin has {want} (deploy "
-                "--locked installs the locked version first, then restarts)")
+                "--locked installs the pinned version first, then restarts)")
     return ("refuse", f"sglang version: this deploy would run {have}, the pin has {want}")
