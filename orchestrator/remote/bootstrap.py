@@ -74,9 +74,10 @@ def cache_path(source, name):
     """Where the code of SOURCE (the file NAME) is kept: ~/.cache/orchestrator-agent/KEY.code,
     KEY from the source, NAME and this Python bytecode magic. ~ is the effective uid home in
     the password database, never $HOME; $XDG_CACHE_HOME moves it, except in a process sudo
-    started (a root helper): sudo sets SUDO_UID always (plugins/sudoers/env.c:1131-1133) but
-    may keep the user $HOME (env.c:1095-1096) and $XDG_CACHE_HOME (env_keep), and the helper
-    keeps its own cache."""
+    started (a root helper): sudo sets SUDO_UID always but may keep the user $HOME and
+    $XDG_CACHE_HOME (env_keep), and the helper keeps its own cache. sudo, plugins/sudoers/env.c
+    rebuild_env(): the block Add the SUDO_USER, SUDO_UID, SUDO_GID environment variables runs
+    unconditionally; HOME is set to the target user only if reset_home."""
     import pwd
     from importlib.util import MAGIC_NUMBER
 
