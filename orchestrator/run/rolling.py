@@ -1,16 +1,16 @@
-"""A rolling redeploy (`deploy --rolling [--max-unavailable N]`): replicas behind SGLang's router,
+"""A rolling redeploy (`deploy --rolling [--max-unavailable N]`): replicas behind the gateway (SMG),
 a few at a time, with no request lost.
 
-The plan must hold one `sglang_router` stage; its worker URLs (its `worker_group`) name the
+The plan must hold one `gateway` stage; its worker URLs (its `worker_group`) name the
 replicas. Every other host (the router's) is walked first, as a plain deploy would. Then, per
 batch of at most N replicas (each replica of a batch in its own thread):
 
   1. refuse when taking the batch out would leave the router no healthy worker;
   2. take the replica out of the router: DELETE /workers/{id}, wait until GET /workers no longer
-     lists it (the removal is an asynchronous job in sglang-router 0.3.2);
+     lists it (the removal is an asynchronous job in SMG: the worker drains, then goes);
   3. drain: wait, bounded by the router stage's `drain_timeout`, until the replica's own
      running + queued requests (SGLang's /metrics) read 0 twice in a row - the router's removal
-     does not wait for the requests it already sent there (orchestrator/sglang/router.py);
+     does not wait for the requests it already sent there (orchestrator/sglang/gateway.py);
      a replica that does not drain in time is put back and the roll stops;
   4. run the replica's stages (its host walk, orchestrator.run.walk: its server relaunches when
      its launch fingerprint changed, wait_ready proves it ready with its accept length);
@@ -36,8 +36,8 @@ from orchestrator.options import RollingOptions
 from orchestrator.run.state import Outcome, RunState
 from orchestrator.run.walk import HostWalker
 from orchestrator.stages.base import inventory_groups
-from orchestrator.stages.sglang_router import SGLangRouter, worker_urls
-from orchestrator.stages.sglang_router.api import RouterApi
+from orchestrator.stages.gateway import GatewayStage, worker_urls
+from orchestrator.stages.gateway.api import GatewayApi
 from orchestrator.status import Status
 
 #: consecutive zero readings of a replica's in-flight requests that count as drained
@@ -47,12 +47,12 @@ DRAINED_READINGS = 2
 @dataclass(frozen=True)
 class _Router:
     host: str
-    stage: SGLangRouter
+    stage: GatewayStage
     urls: dict[str, str]
 
 
 class RollingRun:
-    """Runs a plan as a rolling redeploy of the replicas behind its `sglang_router` stage."""
+    """Runs a plan as a rolling redeploy of the replicas behind its `gateway` stage."""
 
     def __init__(self, state: RunState, rolling: RollingOptions | None = None) -> None:
         self.state = state
@@ -69,9 +69,9 @@ class RollingRun:
 
     def _find_router(self) -> _Router:
         found = [(h, st) for (h, _sid), st in self.state.stages.items()
-                 if isinstance(st, SGLangRouter)]
+                 if isinstance(st, GatewayStage)]
         if len(found) != 1:
-            raise PlanError(f"--rolling needs exactly one sglang_router stage on one host in "
+            raise PlanError(f"--rolling needs exactly one gateway stage on one host in "
                             f"the plan; found {len(found)}",
                             hint="add the router's stages to the playbook (and to --limit)")
         host, stage = found[0]
@@ -167,15 +167,15 @@ class RollingRun:
             outcome.set(host, "roll", Status.FAILED)
             return False
 
-    def _leave(self, api: RouterApi, host: str, url: str, batch: list[str]) -> None:
+    def _leave(self, api: GatewayApi, host: str, url: str, batch: list[str]) -> None:
         """Refuse an outage, take the replica out of the router, wait for its requests."""
         listed = api.workers()
         if listed is None:
             raise StageError(f"the router at {api.base} does not answer GET /workers")
         batch_urls = {self.router.urls[h] for h in batch}
-        serving = [w for w in listed if w.healthy and w.url not in batch_urls]
+        serving = [w for w in listed if w.ready and w.url not in batch_urls]
         mine = [w for w in listed if w.url == url]
-        if mine and mine[0].healthy and not serving:
+        if mine and mine[0].ready and not serving:
             raise StageError(f"taking {host} out of the router would leave it no healthy "
                              "worker", hint="bring the other replicas back first")
         t = time.monotonic()
@@ -187,7 +187,7 @@ class RollingRun:
         else:
             self._step(host, "removed", f"{url} was not in the router")
 
-    def _drain(self, api: RouterApi, host: str, url: str) -> None:
+    def _drain(self, api: GatewayApi, host: str, url: str) -> None:
         timeout = self.router.stage.params.drain_timeout
         t = time.monotonic()
         zeros = 0
@@ -205,7 +205,7 @@ class RollingRun:
                          "it left the router; it was put back and the roll stopped",
                          hint="raise the router stage's drain_timeout")
 
-    def _rejoin(self, api: RouterApi, host: str, url: str) -> None:
+    def _rejoin(self, api: GatewayApi, host: str, url: str) -> None:
         """Back into the router; done once a request through the router reached THIS replica
         (its finished-requests counter grew), or - without that counter - once the router
         answers a chat completion."""
@@ -213,7 +213,7 @@ class RollingRun:
         before = api.worker_requests_done(url)
         api.add(url)
         timeout = self.router.stage.params.ready_timeout
-        self._wait(lambda: any(w.url == url and w.healthy for w in api.workers() or []),
+        self._wait(lambda: any(w.url == url and w.ready for w in api.workers() or []),
                    timeout, f"the router did not list {url} healthy after POST /workers")
         self._step(host, "added", url, t)
         sent = [0]
