@@ -131,6 +131,10 @@ class SGLangServerParams(Params):
     unit_name: str = Field("orchestrator-sglang", pattern=r"^[A-Za-z0-9:_.@-]+$",
                            description="systemd unit (a name: it goes under /etc/systemd/system)")
     autostart: bool = Field(False, description="enable the systemd unit (start at boot)")
+    restart_on_failure: bool = Field(
+        False, description="the supervisor restarts a server that exited non-zero or by a "
+        "signal (no stop asked) after 1, 2, 4 ... 30 s, and gives up after 5 restarts within "
+        "300 s (launch spec \"restart\"; systemd units: Restart=on-failure for the supervisor)")
     preflight: Literal["enforce", "warn", "off"] = "enforce"
     native_check: bool = Field(True, description="run SGLang's own argument validation in the "
                                "venv before launching (where SGLang and torch import)")
@@ -203,7 +207,7 @@ class SGLangServer(Stage, kind="sglang_server"):
             args, env, sglang_version=venv.sglang,
             model_identity=reads.identity(host, p.model_path) or "missing",
             draft_identity=reads.identity(host, p.draft_model_path),
-            api_key=p.api_key, python=p.python,
+            api_key=p.api_key, python=p.python, restart=change.restart_policy(p),
         )
         return Desired(args, env, fp, group)
 
