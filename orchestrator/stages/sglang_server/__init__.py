@@ -19,6 +19,10 @@ the stale one if `stop_stale`, then starts the supervisor (orchestrator.remote.s
 setsid - or, where systemd runs the host (`systemd: auto`), a unit `systemctl restart`ed - and
 returns at once: readiness is `wait_ready`'s job. verify: the process is still alive
 `verify_window` after the start (a bad argument shows at once), else the log tail is reported.
+With `restart_on_failure: true` (default off) the launch spec carries the supervisor's restart
+policy (orchestrator.sglang.launch.RESTART_ON_FAILURE: 1, 2, 4 ... 30 s apart, at most 5 within
+300 s; part of the fingerprint) and the systemd unit restarts the supervisor itself; a server
+its supervisor restarted (a new pid, the same fingerprint) is ours and converged.
 
 Multi-node TP (orchestrator/sglang/multinode.py): with `nodes: "{{ groups.gpu }}"` (two or more
 inventory hosts, node 0 first) every node gets `--nnodes N --node-rank R --dist-init-addr
