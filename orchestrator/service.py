@@ -1,16 +1,28 @@
-"""Operator commands for the deployed SGLang server: status, logs, stop (used by the CLI).
+"""Operator commands for the deployed services: status, logs, stop (used by the CLI).
 
-Which hosts, and where their server lives (the rule):
+What a host runs, and where (the rule), is table-driven: `SERVICE_KINDS` has one row per kind
+of long-running service (today `sglang_server` and `gateway`), each saying which host variables
+name its state dir, its API and its keys:
 
-* hosts: every inventory host (or those `--limit` selects) whose variables give a state dir:
-  `sglang_state_dir` if set, else `{{ base_dir }}/run` (what the playbook's sglang_server stage
-  uses); `--state-dir DIR` sets it for every selected host. Hosts without one (hypervisors) are
-  left out; naming one with `--limit` is an error.
-* URL: `http://{{ sglang_host }}:{{ sglang_port }}` (defaults 127.0.0.1 and 30000), polled ON
-  the host through the agent, like wait_ready.
-* API key (for /server_info): `--var api_key=...`, else the host variable `api_key`, else the
-  environment variable SGLANG_API_KEY. It is registered with the redactor, never printed.
+* sglang_server: every inventory host (or those `--limit` selects) whose variables give a state
+  dir: `sglang_state_dir` if set, else `{{ base_dir }}/run` (what the playbook's sglang_server
+  stage uses); `--state-dir DIR` sets it for every selected host. Hosts without one
+  (hypervisors) are left out; naming one with `--limit` is an error. URL:
+  `http://{{ sglang_host }}:{{ sglang_port }}` (defaults 127.0.0.1 and 30000).
+* gateway: hosts of the inventory group `gateway` (or with `gateway_state_dir`): state dir
+  `gateway_state_dir`, else `{{ base_dir }}/gateway`; URL
+  `http://{{ gateway_host }}:{{ gateway_port }}` (127.0.0.1:30080); status adds its members
+  (the gateway's worker list, one state per worker) through the stage's GatewayApi.
+  A gateway host's BASE_DIR/run is shown only when a server was ever started there.
+* Every API is polled ON the host through the agent, like wait_ready. API key (for
+  /server_info and chats): `--var api_key=...`, else the host variable `api_key`, else
+  $SGLANG_API_KEY; the gateway's control-plane key (for /workers): `--var
+  gateway_admin_key=...`, the host variable, or $ORCHESTRATOR_GATEWAY_ADMIN_KEY. Keys are
+  registered with the redactor, never printed.
 
+Every kind runs under the same supervisor (orchestrator/remote/supervisor.py: server.pid,
+server.exit, server.log, launch.json in its state dir), so state, logs and stop read the same
+facts for all; a kind adds a row to SERVICE_KINDS and, if status shows more, a `members` hook.
 Variables are the inventory's (inventory, group and host vars, rendered) plus `--var`; no
 playbook is read.
 """
@@ -45,7 +57,8 @@ TransportFactory = Callable[[HostSpec], AgentTransport]
 
 @dataclass
 class ServiceTarget:
-    """One host's server: where its state lives and how to reach its API on the host."""
+    """One service on one host: its kind, where its state lives, how to reach its API there.
+    `optional`: shown only once it was ever started (a gateway host's BASE_DIR/run)."""
 
     name: str
     spec: HostSpec
@@ -53,6 +66,9 @@ class ServiceTarget:
     api_host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     api_key: str | None = field(default=None, repr=False)
+    kind: str = "sglang_server"
+    control_key: str | None = field(default=None, repr=False)
+    optional: bool = False
 
     @property
     def url(self) -> str:
@@ -60,9 +76,99 @@ class ServiceTarget:
         return local_url(self.api_host, self.port)
 
     @property
+    def label(self) -> str:
+        """How rows and log lines name it: the host, plus the kind unless it is the server."""
+        return self.name if self.kind == "sglang_server" else f"{self.name}:{self.kind}"
+
+    @property
     def layout(self) -> ServerLayout:
         """The files of its state dir."""
         return ServerLayout(self.state_dir)
+
+
+Members = Callable[[ServiceTarget, Host], "list[dict[str, Any]] | None"]
+
+
+def gateway_members(target: ServiceTarget, host: Host) -> list[dict[str, Any]] | None:
+    """The gateway's workers as {id, url, status, healthy} (None: /workers did not answer)."""
+    from orchestrator.stages.gateway.api import GatewayApi  # the gateway stage (issue 25)
+
+    api = GatewayApi(host, target.url, api_key=target.api_key, control_key=target.control_key)
+    members = api.workers()
+    if members is None:
+        return None
+    return [{"id": m.id, "url": m.url, "status": m.status, "healthy": m.healthy}
+            for m in members]
+
+
+@dataclass(frozen=True)
+class ServiceKind:
+    """A row of SERVICE_KINDS: how a host's variables name one kind of service (see the rule)."""
+
+    kind: str
+    state_var: str  # host variable naming its state dir
+    subdir: str  # else BASE_DIR/<subdir>
+    group: str | None  # only hosts of this group (or with state_var); None: every host
+    host_var: str
+    port_var: str
+    default_port: int
+    control_key_var: str | None = None
+    control_key_env: str | None = None
+    members: Members | None = None
+
+    def state_dir(self, variables: dict[str, Any]) -> str | None:
+        """Its state dir on a host with these variables, or None: the host has none."""
+        if variables.get(self.state_var):
+            return str(variables[self.state_var])
+        if self.group is not None and self.group not in (variables.get("group_names") or ()):
+            return None
+        base = variables.get("base_dir")
+        return f"{str(base).rstrip('/')}/{self.subdir}" if base else None
+
+
+SGLANG_KIND = ServiceKind("sglang_server", "sglang_state_dir", "run", None, "sglang_host",
+                          "sglang_port", DEFAULT_PORT)
+GATEWAY_KIND = ServiceKind("gateway", "gateway_state_dir", "gateway", "gateway", "gateway_host",
+                           "gateway_port", 30080, control_key_var="gateway_admin_key",
+                           control_key_env="ORCHESTRATOR_GATEWAY_ADMIN_KEY",
+                           members=gateway_members)
+SERVICE_KINDS: dict[str, ServiceKind] = {k.kind: k for k in (SGLANG_KIND, GATEWAY_KIND)}
+
+
+def _secret(variables: dict[str, Any], var: str | None, env: Any, name: str | None) -> str | None:
+    key = (variables.get(var) if var else None) or (env.get(name) if name else None) or None
+    if key:
+        REDACTOR.add(str(key))
+    return str(key) if key else None
+
+
+def _target(kind: ServiceKind, name: str, spec: HostSpec, variables: dict[str, Any],
+            sdir: str, env: Any) -> ServiceTarget:
+    raw_port = variables.get(kind.port_var) or kind.default_port
+    try:
+        port = int(raw_port)
+    except (TypeError, ValueError):
+        raise ConfigError(f"host {name}: {kind.port_var} {raw_port!r} is not a port "
+                          "number") from None
+    return ServiceTarget(
+        name=name, spec=spec, state_dir=sdir,
+        api_host=str(variables.get(kind.host_var) or DEFAULT_HOST), port=port,
+        api_key=_secret(variables, "api_key", env, "SGLANG_API_KEY"), kind=kind.kind,
+        control_key=_secret(variables, kind.control_key_var, env, kind.control_key_env))
+
+
+def _host_targets(name: str, spec: HostSpec, variables: dict[str, Any], env: Any,
+                  state_dir: str | None, kinds: dict[str, ServiceKind]) -> list[ServiceTarget]:
+    """The services of one host: --state-dir names the SGLang server's for every host."""
+    found = []
+    for kind in kinds.values():
+        sdir = state_dir if state_dir and kind is SGLANG_KIND else kind.state_dir(variables)
+        if sdir:
+            found.append(_target(kind, name, spec, variables, sdir, env))
+    if len(found) > 1 and not state_dir:
+        for t in found:  # BASE_DIR/run on a gateway host: only once something ran there
+            t.optional = t.kind == "sglang_server" and not variables.get("sglang_state_dir")
+    return found
 
 
 def resolve_targets(
@@ -72,40 +178,27 @@ def resolve_targets(
     cli_vars: dict[str, Any] | None = None,
     state_dir: str | None = None,
     environ: dict[str, str] | None = None,
+    kinds: dict[str, ServiceKind] | None = None,
 ) -> list[ServiceTarget]:
-    """The hosts to act on, with their state dir, API address and key (see the module rule)."""
+    """The services to act on, with their state dir, API address and keys (the module rule)."""
     inv = load_inventory(inventory) if isinstance(inventory, str) else inventory
     env = os.environ if environ is None else environ
     pb = Playbook(name="service", stages=[StageSpec(id="noop", run="true")])
     plan = build_plan(pb, inv, Selection.from_args(limit))
-    explicit = bool(limit)
     targets: list[ServiceTarget] = []
     missing: list[str] = []
     for name in plan.hosts:
         variables = host_variables(pb, inv, name, cli_vars or {})
-        sdir = state_dir or variables.get("sglang_state_dir")
-        if not sdir and variables.get("base_dir"):
-            sdir = f"{str(variables['base_dir']).rstrip('/')}/run"
-        if not sdir:
+        found = _host_targets(name, inv.hosts[name], variables, env, state_dir,
+                              SERVICE_KINDS if kinds is None else kinds)
+        targets.extend(found)
+        if not found:
             missing.append(name)
-            continue
-        key = variables.get("api_key") or env.get("SGLANG_API_KEY") or None
-        if key:
-            REDACTOR.add(str(key))
-        try:
-            port = int(variables.get("sglang_port") or DEFAULT_PORT)
-        except (TypeError, ValueError):
-            raise ConfigError(f"host {name}: sglang_port {variables.get('sglang_port')!r} is "
-                              "not a port number") from None
-        targets.append(ServiceTarget(
-            name=name, spec=inv.hosts[name], state_dir=str(sdir),
-            api_host=str(variables.get("sglang_host") or DEFAULT_HOST), port=port,
-            api_key=str(key) if key else None,
-        ))
-    if explicit and missing:
+    if limit and missing:
         raise ConfigError(
             f"no state dir for {', '.join(missing)}: set the host variable base_dir (the "
-            "server's files are in BASE_DIR/run) or sglang_state_dir, or pass --state-dir")
+            "server's files are in BASE_DIR/run, a gateway's in BASE_DIR/gateway) or "
+            "sglang_state_dir, or pass --state-dir")
     if not targets:
         raise ConfigError(
             "no host of the inventory has a state dir (host variable base_dir or "
@@ -135,7 +228,8 @@ def _on_each(targets: list[ServiceTarget], fn: Callable[[ServiceTarget, Host], d
             finally:
                 host.transport.close()
         except OrchestratorError as exc:
-            return {"host": target.name, "state": "unreachable" if exc.exit_code == 3 else "error",
+            return {"host": target.label,
+                    "state": "unreachable" if exc.exit_code == 3 else "error",
                     "error": REDACTOR.redact(exc.render()), "exit_code": exc.exit_code}
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as ex:
@@ -172,7 +266,7 @@ class LaunchRecord:
 
 
 def _state(st: ServerStatus) -> tuple[str, str | None]:
-    """running / stopped / dead, and why."""
+    """running / restarting / stopped / dead, and why."""
     if st.running:
         return "running", None
     if st.pidfile is None:
@@ -180,18 +274,25 @@ def _state(st: ServerStatus) -> tuple[str, str | None]:
     rec = st.exit
     if (rec is not None and rec.stop_requested) or st.stop_requested:
         return "stopped", "stopped on request"
+    how = "process gone (host rebooted or killed)"
     if rec is not None and rec.code is not None:
-        return "dead", f"exited with code {rec.code}"
-    if rec is not None and rec.signal:
-        return "dead", f"killed by signal {rec.signal}"
-    return "dead", "process gone (host rebooted or killed)"
+        how = f"exited with code {rec.code}"
+    elif rec is not None and rec.signal:
+        how = f"killed by signal {rec.signal}"
+    if st.restarting and rec is not None:
+        return "restarting", (f"{how}; the supervisor restarts it in {rec.restart_in_s or 0:g}s "
+                              f"(restart {rec.restarts})")
+    if rec is not None and rec.gave_up:
+        how += f"; the supervisor gave up: {rec.reason}"
+    return "dead", how
 
 
 def status_row(target: ServiceTarget, st: ServerStatus, launch: LaunchRecord) -> dict[str, Any]:
     """One status row from the facts (before /server_info): state, pid, model, readiness."""
     state, detail = _state(st)
     out: dict[str, Any] = {
-        "host": target.name, "state_dir": target.state_dir, "url": target.url,
+        "host": target.label, "kind": target.kind, "state_dir": target.state_dir,
+        "url": target.url, "restarts": st.restarts,
         "pid": st.process.pid if st.running else None, "uptime_s": st.process.uptime_s,
         "model": launch.model, "speculative_algorithm": launch.speculative_algorithm,
         "managed_by": (st.pidfile.managed_by if st.pidfile else None) or launch.managed_by,
@@ -223,11 +324,32 @@ def add_server_info(row: dict[str, Any], res: HttpAnswer) -> None:
         row["detail"] = "/server_info needs the API key (--var api_key=... or SGLANG_API_KEY)"
 
 
+def add_members(row: dict[str, Any], members: list[dict[str, Any]] | None) -> None:
+    """A gateway's members on its row: ready only while every member is Ready and healthy."""
+    row["members"] = members
+    if members is None:
+        row["ready"] = False
+        row["detail"] = row["detail"] or "its worker list did not answer (/workers)"
+        return
+    good = [m for m in members if m.get("healthy") and str(m.get("status")).lower() == "ready"]
+    row["ready"] = bool(row["ready"] and members and len(good) == len(members))
+    summary = f"members {len(good)}/{len(members)} ready"
+    row["detail"] = f"{row['detail']}; {summary}" if row["detail"] else summary
+
+
 def host_status(target: ServiceTarget, host: Host) -> dict[str, Any]:
-    """The state of one host's server: running/stopped/dead, pid, uptime, model, readiness."""
+    """The state of one service: running/restarting/stopped/dead, pid, uptime, model,
+    readiness; a gateway's members. {"skip": True} for an optional one never started."""
     st = host.fact(ServerStatus, state_dir=target.state_dir, host=target.api_host,
                    port=target.port)
+    if target.optional and st.pidfile is None:
+        return {"host": target.label, "skip": True}
     row = status_row(target, st, LaunchRecord.read(host, target.layout))
+    hook = SERVICE_KINDS[target.kind].members if target.kind in SERVICE_KINDS else None
+    if hook is not None:
+        if row["state"] == "running":
+            add_members(row, hook(target, host))
+        return row
     if row["ready"]:
         headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
         add_server_info(row, host.fact(HttpAnswer, url=target.url + "/server_info",
@@ -238,7 +360,7 @@ def host_status(target: ServiceTarget, host: Host) -> dict[str, Any]:
 def collect_status(targets: list[ServiceTarget], *, factory: TransportFactory | None = None,
                    budget: float = 10.0) -> list[dict[str, Any]]:
     """host_status for every target, in parallel; unreachable hosts are reported, not raised."""
-    return _on_each(targets, host_status, factory, budget)
+    return [r for r in _on_each(targets, host_status, factory, budget) if not r.get("skip")]
 
 
 def status_exit_code(rows: list[dict[str, Any]]) -> int:
@@ -258,10 +380,11 @@ def tail_logs(targets: list[ServiceTarget], lines: int = 50, *,
     def one(target: ServiceTarget, host: Host) -> dict[str, Any]:
         res = host.fact(LogTail, path=target.layout.log, lines=lines)
         if not res.exists:
-            return {"host": target.name, "lines": [], "missing": target.layout.log}
-        return {"host": target.name, "lines": list(res.lines)}
+            return {"host": target.label, "lines": [], "missing": target.layout.log,
+                    "skip": target.optional}
+        return {"host": target.label, "lines": list(res.lines)}
 
-    return _on_each(targets, one, factory, budget)
+    return [r for r in _on_each(targets, one, factory, budget) if not r.get("skip")]
 
 
 def _follow_one(target: ServiceTarget, host: Host, pos: tuple[int, int | None], partial: str,
@@ -269,11 +392,11 @@ def _follow_one(target: ServiceTarget, host: Host, pos: tuple[int, int | None], 
     """Print the new complete lines of one log; the new position and the unfinished line."""
     res = host.fact(LogChunk, path=target.layout.log, offset=pos[0], inode=pos[1])
     if res.rotated:
-        write(f"{target.name} | --- log rotated (server restarted) ---")
+        write(f"{target.label} | --- log rotated (server restarted) ---")
         partial = ""
     *complete, rest = (partial + res.data).split("\n")
     for line in complete:
-        write(f"{target.name} | {REDACTOR.redact(line.rstrip(chr(13)))}")
+        write(f"{target.label} | {REDACTOR.redact(line.rstrip(chr(13)))}")
     return (res.offset, res.inode), rest
 
 
@@ -298,7 +421,7 @@ def follow_logs(
             # one read: the lines shown and where following starts (no line lost in between)
             res = host.fact(LogTail, path=target.layout.log, lines=lines, complete=True)
             for line in res.lines:
-                write(f"{target.name} | {REDACTOR.redact(line)}")
+                write(f"{target.label} | {REDACTOR.redact(line)}")
             pos[target.name] = (res.offset, res.inode)
         while not stop.is_set():
             for target in targets:
@@ -325,9 +448,10 @@ def stop_host(target: ServiceTarget, host: Host, grace: float = 60.0) -> dict[st
             raise StageError(f"systemctl stop {unit} failed: {r.tail(5)}")
     res = ServerStop.from_answer(host.act("server_stop", state_dir=target.state_dir,
                                           grace=grace))
-    out: dict[str, Any] = {"host": target.name, "pid": res.pid, "was_running": res.was_running,
+    out: dict[str, Any] = {"host": target.label, "pid": res.pid, "was_running": res.was_running,
                            "stopped": res.stopped, "forced": res.forced,
-                           "seconds": round(time.monotonic() - t0, 2)}
+                           "seconds": round(time.monotonic() - t0, 2),
+                           "skip": target.optional and not res.was_running}
     if res.holdouts:
         out["holdouts"] = to_data(res.holdouts)
     if res.error:
@@ -338,6 +462,7 @@ def stop_host(target: ServiceTarget, host: Host, grace: float = 60.0) -> dict[st
 def stop_all(targets: list[ServiceTarget], *, grace: float = 60.0,
              factory: TransportFactory | None = None, budget: float = 10.0
              ) -> list[dict[str, Any]]:
-    """stop_host on every target, in parallel."""
-    return _on_each(targets, lambda target, host: stop_host(target, host, grace), factory,
+    """stop_host on every target, in parallel (an optional one that never ran is left out)."""
+    rows = _on_each(targets, lambda target, host: stop_host(target, host, grace), factory,
                     budget)
+    return [r for r in rows if not r.pop("skip", False)]

@@ -1,4 +1,4 @@
-"""`orchestrator status|logs|stop -i INV`: look after the deployed SGLang server.
+"""`orchestrator status|logs|stop -i INV`: look after the deployed SGLang servers and gateway.
 
     orchestrator status -i INV [--limit H] [--json] [--state-dir DIR] [--var api_key=...]
     orchestrator logs   -i INV [--limit H] [-n 50] [-f]
@@ -26,7 +26,10 @@ _RULE = (
     "Hosts: those whose variables give a state dir (sglang_state_dir, else BASE_DIR/run from "
     "base_dir), or all selected hosts with --state-dir. API at "
     "http://SGLANG_HOST:SGLANG_PORT (default 127.0.0.1:30000), reached from the host itself. "
-    "API key: --var api_key=..., the host variable api_key, or $SGLANG_API_KEY."
+    "A gateway (inventory group `gateway`, or gateway_state_dir): BASE_DIR/gateway, "
+    "http://GATEWAY_HOST:GATEWAY_PORT (default 127.0.0.1:30080), shown as HOST:gateway. "
+    "API key: --var api_key=..., the host variable api_key, or $SGLANG_API_KEY; the "
+    "gateway's control-plane key: gateway_admin_key or $ORCHESTRATOR_GATEWAY_ADMIN_KEY."
 )
 
 
@@ -45,7 +48,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def add_subcommands(sub: Any) -> None:
     """Register `status`, `logs` and `stop` on the CLI's subparsers."""
     status = sub.add_parser(
-        "status", help="show the SGLang server of each host (state, pid, model, readiness)",
+        "status", help="show the SGLang server (and gateway) of each host (state, pid, model, "
+        "readiness, a gateway's members)",
         description="Per host: service state (running/stopped/dead), pid, uptime, model, "
         "speculative algorithm, ready (/health), accept length (/server_info). " + _RULE,
     )
@@ -64,7 +68,7 @@ def add_subcommands(sub: Any) -> None:
     logs.set_defaults(func=cmd_logs)
 
     stop = sub.add_parser(
-        "stop", help="stop the SGLang server of each host gracefully",
+        "stop", help="stop the SGLang server (and gateway) of each host gracefully",
         description="SIGTERM to the server's process group (or `systemctl stop` for a systemd "
         "unit), SIGKILL after --timeout. Exit 0 when every server is stopped. " + _RULE,
     )
@@ -126,9 +130,12 @@ def render_status(rows: list[dict[str, Any]]) -> str:
         ])
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     lines = []
-    for row in table:
+    for row, r in zip(table, [None, *rows], strict=True):
         cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
         lines.append("  ".join(cells).rstrip())
+        for m in (r or {}).get("members") or []:  # a gateway: one line per worker
+            lines.append(f"  member {m.get('url')}  {m.get('status')}  "
+                         + ("healthy" if m.get("healthy") else "unhealthy"))
     return "\n".join(lines)
 
 

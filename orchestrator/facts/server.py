@@ -42,6 +42,8 @@ class PidFile:
     fingerprint: str | None
     managed_by: str | None
     unit: str | None
+    #: how many times the supervisor restarted the server (restart on failure); 0 = first start
+    restarts: int = 0
 
     @classmethod
     def parse(cls, raw: Any) -> PidFile | None:
@@ -52,7 +54,8 @@ class PidFile:
                    supervisor_pid=_int(raw.get("supervisor_pid")),
                    started_at=_float(raw.get("started_at")),
                    fingerprint=_str(raw.get("fingerprint")),
-                   managed_by=_str(raw.get("managed_by")), unit=_str(raw.get("unit")))
+                   managed_by=_str(raw.get("managed_by")), unit=_str(raw.get("unit")),
+                   restarts=_int(raw.get("restarts")) or 0)
 
     @property
     def systemd_unit(self) -> str | None:
@@ -82,11 +85,17 @@ class ProcessView:
 
 @dataclass(frozen=True)
 class ExitRecord:
-    """STATE_DIR/server.exit: how the last server ended (code or signal)."""
+    """STATE_DIR/server.exit: how the last server ended (code or signal), and what the
+    supervisor does about it: `restarting` (in `restart_in_s`), or `gave_up` (`reason`)."""
 
     code: int | None
     signal: int | None
     stop_requested: bool
+    restarting: bool = False
+    restart_in_s: float | None = None
+    gave_up: bool = False
+    reason: str | None = None
+    restarts: int = 0
 
     @classmethod
     def parse(cls, raw: Any) -> ExitRecord | None:
@@ -94,7 +103,11 @@ class ExitRecord:
         if not isinstance(raw, dict) or not raw:
             return None
         return cls(code=_int(raw.get("code")), signal=_int(raw.get("signal")),
-                   stop_requested=bool(raw.get("stop_requested")))
+                   stop_requested=bool(raw.get("stop_requested")),
+                   restarting=bool(raw.get("restarting")),
+                   restart_in_s=_float(raw.get("restart_in_s")),
+                   gave_up=bool(raw.get("gave_up")), reason=_str(raw.get("reason")),
+                   restarts=_int(raw.get("restarts")) or 0)
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,19 @@ class ServerStatus:
     def running(self) -> bool:
         """The recorded server is alive (the same process, not a recycled pid)."""
         return self.process.same_process
+
+    @property
+    def restarting(self) -> bool:
+        """The server died and its supervisor (alive) is about to start it again."""
+        return bool(self.exit is not None and self.exit.restarting and not self.running
+                    and self.process.supervisor_alive)
+
+    @property
+    def restarts(self) -> int:
+        """How many times the supervisor restarted the server (pid file, or the exit record
+        while it waits to restart)."""
+        return max(self.pidfile.restarts if self.pidfile else 0,
+                   self.exit.restarts if self.exit else 0)
 
     @property
     def started_at(self) -> float | None:

@@ -16,8 +16,10 @@ Files in the state dir (written by the stage, the actions and the supervisor):
     launch.json     what to run: argv, env, log path, key file (0600)
     supervise.py    the supervisor (the text of orchestrator/remote/supervisor.py)
     server.pid      JSON: pid, pgid, supervisor_pid, starttime (clock ticks since boot),
-                    started_at (epoch), boot_id, fingerprint
-    server.exit     JSON written by the supervisor when the server exits: code or signal
+                    started_at (epoch), boot_id, fingerprint, restarts (rewritten by the
+                    supervisor at each restart: a new pid, the same fingerprint)
+    server.exit     JSON written by the supervisor when the server exits: code or signal;
+                    restarting + restart_in_s while it waits to restart it, gave_up + reason
     server.log      stdout+stderr of the server (the previous run's log is server.log.1);
                     the API key is masked before a byte reaches the file
     stop_requested  marker written by server_stop (so a stop is not reported as a crash)

@@ -1,11 +1,24 @@
-"""The server supervisor: run a server, mask the API key in its log, record its exit.
+"""The server supervisor: run a server, mask its keys in its log, record its exit, restart it.
 
 A stand-alone program (stdlib only, Python 3.8+; it imports nothing of the package): the action
 `server_start` (orchestrator.remote.actions) and the sglang_server stage write its text to
 STATE_DIR/supervise.py, and it runs as `PYTHON STATE_DIR/supervise.py STATE_DIR/launch.json` (by
 the agent with setsid, or by systemd). It is the session leader: the server and everything it
 spawns share its process group, so one killpg() stops them all. It forwards SIGTERM to the
-server, masks the API key before a byte reaches the log, and writes the pid and exit records.
+server, masks every key (`key_file`, `key_files`) before a byte reaches the log, and writes the
+pid and exit records.
+
+Restart on failure (the launch spec's `"restart": {"max", "window_s", "backoff_s",
+"backoff_max_s"}`; absent: never): a server that exited non-zero or by a signal while no stop was
+requested is started again after a doubling delay (backoff_s, 2*backoff_s, ... capped at
+backoff_max_s; the doubling counts the restarts within window_s); once `max` restarts fall within
+`window_s` the supervisor gives up. Each start rewrites the pid record (new pid, starttime,
+`restarts`); each exit writes the exit record (`restarting` + `restart_in_s` while it waits,
+`gave_up` + `reason` when it gave up). A stop (the `stop_requested` marker that server_stop writes,
+or SIGTERM/SIGINT/SIGHUP to the supervisor or its group) never restarts, and ends a backoff wait
+at once. Exit status: 0 (server exit 0, or stopped), 1 (server failed, no restart asked), 3
+(GAVE_UP), 127 (the server cannot be executed): systemd's RestartPreventExitStatus= names 3 and 127
+so only the supervisor's own death is restarted by the unit.
 
 It also holds the two /proc readers the other host modules share (`boot_id`, `starttime`): it
 must carry its own, so they live here once.
@@ -21,6 +34,8 @@ import time
 
 MASK = b"***"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
+GAVE_UP = 3
+CANNOT_START = 127
 
 
 def boot_id(path: str = BOOT_ID) -> "str | None":
@@ -61,21 +76,22 @@ def split_hold(buf: bytes, key: bytes) -> "tuple[bytes, bytes]":
 
 
 class Masker:
-    """Replaces KEY by MASK in a byte stream cut into chunks anywhere (even inside the key)."""
+    """Replaces every KEY by MASK in a byte stream cut into chunks anywhere (even inside a key)."""
 
-    def __init__(self, key: bytes) -> None:
-        self.key = key
+    def __init__(self, *keys: bytes) -> None:
+        self.keys = sorted({k for k in keys if k}, key=len, reverse=True)
         self.hold = b""
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes of CHUNK that can be written now, masked."""
         buf = self.hold + chunk
-        if not self.key:
-            self.hold = b""
-            return buf
-        buf = buf.replace(self.key, MASK)
-        buf, self.hold = split_hold(buf, self.key)
-        return buf
+        for key in self.keys:
+            buf = buf.replace(key, MASK)
+        held = 0
+        for key in self.keys:
+            held = max(held, len(split_hold(buf, key)[1]))
+        self.hold = buf[len(buf) - held:] if held else b""
+        return buf[:len(buf) - held]
 
     def flush(self) -> bytes:
         """What is still held back at the end of the stream."""
@@ -95,29 +111,10 @@ class Paths:
         self.stop_marker = os.path.join(self.state, "stop_requested")
 
 
-class Maskers:
-    """One Masker per key, chained (the spec's `key_file` and every one of its `key_files`)."""
-
-    def __init__(self, keys: "list[bytes]") -> None:
-        self.maskers = [Masker(k) for k in keys if k]
-
-    def feed(self, chunk: bytes) -> bytes:
-        """CHUNK through every masker."""
-        for m in self.maskers:
-            chunk = m.feed(chunk)
-        return chunk
-
-    def flush(self) -> bytes:
-        """What every masker still holds, masked by the ones after it."""
-        out = b""
-        for i, m in enumerate(self.maskers):
-            out = m.feed(out) + m.flush() if i else m.flush()
-        return out
-
-
-def _read_keys(spec: dict) -> "list[bytes]":
+def read_keys(spec: dict) -> "list[bytes]":
+    """The keys to mask: `key_file` and every one of `key_files` (unreadable ones skipped)."""
     keys = []
-    for path in [spec.get("key_file"), *(spec.get("key_files") or [])]:
+    for path in [spec.get("key_file")] + list(spec.get("key_files") or []):
         if not path:
             continue
         try:
@@ -125,7 +122,89 @@ def _read_keys(spec: dict) -> "list[bytes]":
                 keys.append(fh.read().strip())
         except OSError:
             pass
-    return keys
+    return [k for k in keys if k]
+
+
+class Restart:
+    """The launch spec's "restart" policy and the restarts it has allowed so far."""
+
+    def __init__(self, raw: dict) -> None:
+        self.max = int(raw.get("max", 5))
+        self.window_s = float(raw.get("window_s", 300))
+        self.backoff_s = float(raw.get("backoff_s", 1))
+        self.backoff_max_s = float(raw.get("backoff_max_s", 30))
+        self.times: list[float] = []  # monotonic times of the restarts within the window
+        self.delays: list[float] = []  # every delay waited, in order
+        self.count = 0
+
+    @classmethod
+    def of(cls, spec: dict) -> "Restart | None":
+        """The policy of SPEC, or None (no "restart" key: never restart)."""
+        raw = spec.get("restart")
+        return cls(raw) if isinstance(raw, dict) else None
+
+    def next_delay(self, now: float) -> "float | None":
+        """The delay before the next restart, or None: `max` restarts already within window."""
+        self.times = [t for t in self.times if now - t < self.window_s]
+        if len(self.times) >= self.max:
+            return None
+        return min(self.backoff_s * (2 ** len(self.times)), self.backoff_max_s)
+
+    def allow(self, now: float, delay: float) -> None:
+        """Count a restart decided at NOW that waits DELAY first."""
+        self.times.append(now)
+        self.delays.append(delay)
+        self.count += 1
+
+    def gave_up_reason(self) -> str:
+        """Why no further restart is made."""
+        return (f"{len(self.times)} restarts within {self.window_s:g}s "
+                f"(restart max {self.max}, window_s {self.window_s:g})")
+
+
+class Stopper:
+    """SIGTERM/SIGINT/SIGHUP: a stop. Forwarded once to the running server; ends a backoff."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.proc = None
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+
+    def install(self) -> None:
+        """Handle the stop signals from now on."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        # A group kill (killpg, systemd) reaches the server too: forward once, for a stop
+        # aimed at the supervisor alone.
+        if self.requested:
+            return
+        self.requested = True
+        try:
+            os.write(self._w, b"x")
+        except OSError:
+            pass
+        self.forward()
+
+    def forward(self) -> None:
+        """SIGTERM the running server (after a stop that came while it was being started)."""
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    def sleep(self, delay: float) -> bool:
+        """Wait DELAY s; False when a stop came (at once, not at the end of the delay)."""
+        end = time.monotonic() + delay
+        while not self.requested and time.monotonic() < end:
+            try:
+                select.select([self._r], [], [], max(0.0, end - time.monotonic()))
+            except InterruptedError:
+                pass
+        return not self.requested
 
 
 def _open_log(paths: Paths, spec: dict):
@@ -147,25 +226,7 @@ def _open_log(paths: Paths, spec: dict):
     return log
 
 
-def _forward_signals(proc: subprocess.Popen) -> None:
-    forwarded = []
-
-    def forward(signum, frame) -> None:
-        # A group kill (killpg, systemd) reaches the server too: forward once, for a stop
-        # aimed at the supervisor alone.
-        if forwarded:
-            return
-        forwarded.append(signum)
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except OSError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
-
-
-def pump(fd: int, log, masker: "Masker | Maskers") -> None:
+def pump(fd: int, log, masker: Masker) -> None:
     """Copy the server's output from FD to LOG, masked, until it closes."""
     while True:
         try:
@@ -186,16 +247,102 @@ def pump(fd: int, log, masker: "Masker | Maskers") -> None:
     log.write(masker.flush())
 
 
-def _record_exit(paths: Paths, proc: subprocess.Popen, rc: int, log) -> int:
-    code = rc if rc >= 0 else None
-    sig = -rc if rc < 0 else None
-    stopped = os.path.exists(paths.stop_marker)
-    how = f"code {code}" if code is not None else f"signal {sig}"
-    note = " (stop requested)" if stopped else ""
-    log.write(f"orchestrator-supervisor: server pid {proc.pid} exited with {how}{note}\n".encode())
-    write_json(paths.exit, {"pid": proc.pid, "code": code, "signal": sig, "at": time.time(),
-                            "stop_requested": stopped})
-    return 0 if code == 0 else 1
+class Supervisor:
+    """One launch spec supervised: start, pump, record, and restart per its policy."""
+
+    def __init__(self, spec_path: str, spec: dict) -> None:
+        self.spec = spec
+        self.paths = Paths(spec_path, spec)
+        self.restart = Restart.of(spec)
+        self.stopper = Stopper()
+        self.env = dict(os.environ)
+        self.env.update(spec.get("env") or {})
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.log = None
+
+    def stop_requested(self) -> bool:
+        """A signal came, or server_stop wrote its marker."""
+        return self.stopper.requested or os.path.exists(self.paths.stop_marker)
+
+    def start(self) -> "subprocess.Popen | None":
+        """The server started (its pid record written), or None (exit record 127 written)."""
+        argv = self.spec["argv"]
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=self.env,
+                                    cwd=self.spec.get("cwd") or self.paths.state,
+                                    close_fds=True)
+        except OSError as exc:
+            self.log.write((f"orchestrator-supervisor: cannot start {argv[0]}: {exc}\n")
+                           .encode())
+            write_json(self.paths.exit, {"pid": None, "code": CANNOT_START, "signal": None,
+                                         "at": time.time(), "error": str(exc)})
+            return None
+        spec = self.spec
+        write_json(self.paths.pid, {
+            "pid": proc.pid, "pgid": os.getpgid(0), "supervisor_pid": os.getpid(),
+            "starttime": starttime(proc.pid), "started_at": time.time(), "boot_id": boot_id(),
+            "fingerprint": spec.get("fingerprint"), "log": self.paths.log,
+            "launch": self.paths.spec, "managed_by": spec.get("managed_by"),
+            "unit": spec.get("unit"), "restarts": self.restart.count if self.restart else 0,
+            "restart": spec.get("restart"),
+        })
+        self.stopper.proc = proc
+        if self.stopper.requested:
+            self.stopper.forward()
+        return proc
+
+    def record(self, proc: subprocess.Popen, rc: int, **extra: object) -> None:
+        """The exit record of PROC (exit status RC) and its line in the log."""
+        code = rc if rc >= 0 else None
+        sig = -rc if rc < 0 else None
+        stopped = self.stop_requested()
+        how = f"code {code}" if code is not None else f"signal {sig}"
+        note = " (stop requested)" if stopped else ""
+        if extra.get("restarting"):
+            note += (f"; restarting in {extra['restart_in_s']:g}s (restart "
+                     f"{self.restart.count} of at most {self.restart.max} within "
+                     f"{self.restart.window_s:g}s)")
+        elif extra.get("gave_up"):
+            note += f"; gave up: {extra['reason']}"
+        self.log.write((f"orchestrator-supervisor: server pid {proc.pid} exited with "
+                        f"{how}{note}\n").encode())
+        rec = {"pid": proc.pid, "code": code, "signal": sig, "at": time.time(),
+               "stop_requested": stopped, "restarting": False, "gave_up": False}
+        if self.restart is not None:
+            rec.update(restarts=self.restart.count, delays_s=list(self.restart.delays))
+        rec.update(extra)
+        write_json(self.paths.exit, rec)
+
+    def run_once(self) -> "tuple[subprocess.Popen | None, int]":
+        """Start the server and wait for its end: (proc, its exit status)."""
+        proc = self.start()
+        if proc is None:
+            return None, CANNOT_START
+        pump(proc.stdout.fileno(), self.log, Masker(*read_keys(self.spec)))
+        return proc, proc.wait()
+
+    def main(self) -> int:
+        """Supervise until the server ends for good; the supervisor's exit status."""
+        self.stopper.install()
+        self.log = _open_log(self.paths, self.spec)
+        while True:
+            proc, rc = self.run_once()
+            if proc is None:
+                return CANNOT_START
+            if rc == 0 or self.stop_requested() or self.restart is None:
+                self.record(proc, rc)
+                return 0 if rc == 0 or self.stop_requested() else 1
+            now = time.monotonic()
+            delay = self.restart.next_delay(now)
+            if delay is None:
+                self.record(proc, rc, gave_up=True, reason=self.restart.gave_up_reason())
+                return GAVE_UP
+            self.restart.allow(now, delay)
+            self.record(proc, rc, restarting=True, restart_in_s=delay)
+            if not self.stopper.sleep(delay) or self.stop_requested():
+                self.record(proc, rc)  # the stop ends the wait: no restart
+                return 0
 
 
 def main(argv: "list | None" = None) -> int:
@@ -203,31 +350,7 @@ def main(argv: "list | None" = None) -> int:
     spec_path = (argv if argv is not None else sys.argv[1:])[0]
     with open(spec_path) as fh:
         spec = json.load(fh)
-    paths = Paths(spec_path, spec)
-    keys = _read_keys(spec)
-    log = _open_log(paths, spec)
-    env = dict(os.environ)
-    env.update(spec.get("env") or {})
-    env["PYTHONUNBUFFERED"] = "1"
-    argv = spec["argv"]
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=env,
-                                cwd=spec.get("cwd") or paths.state, close_fds=True)
-    except OSError as exc:
-        log.write((f"orchestrator-supervisor: cannot start {argv[0]}: {exc}\n").encode())
-        write_json(paths.exit, {"pid": None, "code": 127, "signal": None, "at": time.time(),
-                                "error": str(exc)})
-        return 127
-    write_json(paths.pid, {
-        "pid": proc.pid, "pgid": os.getpgid(0), "supervisor_pid": os.getpid(),
-        "starttime": starttime(proc.pid), "started_at": time.time(), "boot_id": boot_id(),
-        "fingerprint": spec.get("fingerprint"), "log": paths.log, "launch": spec_path,
-        "managed_by": spec.get("managed_by"), "unit": spec.get("unit"),
-    })
-    _forward_signals(proc)
-    pump(proc.stdout.fileno(), log, Maskers(keys))
-    return _record_exit(paths, proc, proc.wait(), log)
+    return Supervisor(spec_path, spec).main()
 
 
 if __name__ == "__main__":

@@ -117,6 +117,16 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+#: The launch spec's "restart" policy that `restart_on_failure: true` writes (the supervisor,
+#: orchestrator/remote/supervisor.py, reads it): restart a server that failed, after 1, 2, 4 ...
+#: up to 30 s, and give up after 5 restarts within 300 s.
+RESTART_ON_FAILURE: dict[str, float] = {"max": 5, "window_s": 300, "backoff_s": 1,
+                                        "backoff_max_s": 30}
+#: The supervisor's exit statuses after which systemd must not restart it: it gave up (3), the
+#: server cannot be executed (127) (orchestrator/remote/supervisor.py GAVE_UP, CANNOT_START).
+SUPERVISOR_FINAL_STATUSES = (3, 127)
+
+
 def fingerprint(
     args: list[str],
     env: Mapping[str, str],
@@ -126,9 +136,11 @@ def fingerprint(
     draft_identity: str | None,
     api_key: str | None,
     python: str,
+    restart: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The launch fingerprint: a sha256 plus the parts it was made from (no secret values)."""
-    parts = {
+    """The launch fingerprint: a sha256 plus the parts it was made from (no secret values).
+    A restart policy is a part only when there is one (no policy: the digest of before)."""
+    parts: dict[str, Any] = {
         "python": python,
         "args": list(args),
         "env": {k: _sha(f"{k}={v}")[:16] for k, v in sorted(env.items())},
@@ -137,6 +149,8 @@ def fingerprint(
         "drafter": draft_identity,
         "api_key": _sha("api-key:" + api_key)[:16] if api_key else None,
     }
+    if restart:
+        parts["restart"] = dict(restart)
     digest = _sha(json.dumps(parts, sort_keys=True))
     return {"fingerprint": digest, "parts": parts}
 
@@ -179,6 +193,9 @@ def diff_fingerprints(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> 
             out.append(f"{label} {a.get(key)} -> {b.get(key)}")
     if a.get("api_key") != b.get("api_key"):
         out.append("api key changed")
+    if a.get("restart") != b.get("restart"):
+        out.append(f"restart on failure {a.get('restart') or 'off'} -> "
+                   f"{b.get('restart') or 'off'}")
     return out or ["fingerprint differs"]
 
 
@@ -191,11 +208,20 @@ def unit_file(
     launch_file: str,
     state_dir: str,
     stop_timeout: float,
+    restart: Mapping[str, Any] | None = None,
 ) -> str:
     """A systemd service running the supervisor (the launch spec and key live in 0600 files).
 
     Values are written as data for systemd: one line each (a newline in a path would add
     directives such as ExecStartPre=; it is refused), `%` specifiers and `$` variables escaped.
+
+    With a RESTART policy (the supervisor restarts the server itself) the unit restarts the
+    supervisor when IT dies: systemd.service(5) `Restart=on-failure` (a non-zero exit status, a
+    signal other than SIGHUP/SIGINT/SIGTERM/SIGPIPE, a timeout; never after `systemctl stop`),
+    `RestartSec=` the policy's backoff_s, `RestartPreventExitStatus=` the supervisor's final
+    statuses (it gave up: systemd must not start the crash loop over); and systemd.unit(5)
+    `StartLimitIntervalSec=`/`StartLimitBurst=` (in [Unit]) bound the supervisor's own restarts
+    by the policy's window_s and max. Without one: `Restart=no`, as before.
     """
     exec_start = " ".join(_unit_word(w) for w in (python, supervisor, launch_file))
     description = _CONTROL.sub(" ", description).replace("%", "%%")
@@ -205,6 +231,7 @@ def unit_file(
         f"Description={description}\n"
         "After=network-online.target\n"
         "Wants=network-online.target\n"
+        + _start_limit(restart) +
         "\n"
         "[Service]\n"
         "Type=simple\n"
@@ -213,13 +240,29 @@ def unit_file(
         "KillMode=control-group\n"
         "KillSignal=SIGTERM\n"
         f"TimeoutStopSec={int(stop_timeout)}\n"
-        "Restart=no\n"
+        + _restart_lines(restart) +
         "LimitNOFILE=1048576\n"
         "LimitMEMLOCK=infinity\n"
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
+
+
+def _start_limit(restart: Mapping[str, Any] | None) -> str:
+    if not restart:
+        return ""
+    return (f"StartLimitIntervalSec={int(float(restart.get('window_s', 300)))}\n"
+            f"StartLimitBurst={int(restart.get('max', 5))}\n")
+
+
+def _restart_lines(restart: Mapping[str, Any] | None) -> str:
+    if not restart:
+        return "Restart=no\n"
+    final = " ".join(str(s) for s in SUPERVISOR_FINAL_STATUSES)
+    return ("Restart=on-failure\n"
+            f"RestartSec={max(1, int(float(restart.get('backoff_s', 1))))}\n"
+            f"RestartPreventExitStatus={final}\n")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -109,3 +109,29 @@ def test_unit_file() -> None:
     assert "KillMode=control-group" in text and "TimeoutStopSec=70" in text
     assert "WantedBy=multi-user.target" in text
     assert launch.unit_name("x") == "x.service" and launch.unit_name("y.service") == "y.service"
+
+
+def test_unit_file_restarts_the_supervisor_only_with_a_restart_policy() -> None:
+    kwargs = dict(unit="orchestrator-sglang.service", description="SGLang kimi",
+                  python="/v/bin/python", supervisor="/s/supervise.py",
+                  launch_file="/s/launch.json", state_dir="/s", stop_timeout=70)
+    plain = launch.unit_file(**kwargs)
+    assert "Restart=no\n" in plain and "StartLimit" not in plain
+    text = launch.unit_file(**kwargs, restart=launch.RESTART_ON_FAILURE)
+    unit, service = text.split("[Service]")
+    assert "StartLimitIntervalSec=300\n" in unit and "StartLimitBurst=5\n" in unit
+    assert "Restart=on-failure\n" in service and "RestartSec=1\n" in service
+    assert "RestartPreventExitStatus=3 127\n" in service and "Restart=no" not in service
+    from orchestrator.remote import supervisor
+    assert launch.SUPERVISOR_FINAL_STATUSES == (supervisor.GAVE_UP, supervisor.CANNOT_START)
+
+
+def test_a_restart_policy_changes_the_fingerprint_only_when_set() -> None:
+    kw = dict(sglang_version="0.5.23", model_identity="m", draft_identity=None, api_key=None,
+              python="/v/bin/python")
+    off = launch.fingerprint(["--port", "1"], {}, **kw)
+    assert launch.fingerprint(["--port", "1"], {}, restart=None, **kw) == off
+    on = launch.fingerprint(["--port", "1"], {}, restart=launch.RESTART_ON_FAILURE, **kw)
+    assert on["fingerprint"] != off["fingerprint"]
+    assert launch.diff_fingerprints(off, on) == [
+        f"restart on failure off -> {launch.RESTART_ON_FAILURE}"]

@@ -277,3 +277,29 @@ def test_stale_server_on_the_port(sglang_sim: SGLangSim, stage_ctx, converge) ->
         assert sim.server_pids() == [ctx.facts["pid"]]
     finally:
         sim.fleet.fault("gpu-1", "stale-server", on=False)
+
+
+def test_restart_on_failure_brings_a_killed_server_back(sglang_sim: SGLangSim, stage_ctx,
+                                                        converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("restart")
+    host = sim.connect()
+    params = sim.server_params(sd, restart_on_failure=True)
+    status, _ = converge(make("sglang_server", params), host, stage_ctx("s", kind="sglang_server"))
+    assert status == "changed"
+    spec = json.loads(Path(sd, "launch.json").read_text())
+    assert spec["restart"] == {"max": 5, "window_s": 300, "backoff_s": 1, "backoff_max_s": 30}
+    first = json.loads(Path(sd, "server.pid").read_text())
+    assert wait_for(lambda: health(sim) == 200, timeout=15)
+    os.kill(first["pid"], 9)
+    assert wait_for(lambda: json.loads(Path(sd, "server.pid").read_text()).get("restarts") == 1,
+                    timeout=15)
+    second = json.loads(Path(sd, "server.pid").read_text())
+    assert second["pid"] != first["pid"] and pid_alive(second["pid"])
+    assert wait_for(lambda: health(sim) == 200, timeout=15), Path(sd, "server.log").read_text()
+    verdict = make("sglang_server", params).check(host, stage_ctx("s", kind="sglang_server"))
+    assert isinstance(verdict, Converged), verdict  # the new pid, same fingerprint: ours
+    assert f"pid {second['pid']}, restarted 1x by its supervisor" in verdict.reason
+    # without the param the fingerprint differs (the restart policy is part of it)
+    plain = make("sglang_server", sim.server_params(sd)).check(host, stage_ctx("s"))
+    assert isinstance(plain, Needed) and "restart on failure" in plain.reason

@@ -19,6 +19,10 @@ the stale one if `stop_stale`, then starts the supervisor (orchestrator.remote.s
 setsid - or, where systemd runs the host (`systemd: auto`), a unit `systemctl restart`ed - and
 returns at once: readiness is `wait_ready`'s job. verify: the process is still alive
 `verify_window` after the start (a bad argument shows at once), else the log tail is reported.
+With `restart_on_failure: true` (default off) the launch spec carries the supervisor's restart
+policy (orchestrator.sglang.launch.RESTART_ON_FAILURE: 1, 2, 4 ... 30 s apart, at most 5 within
+300 s; part of the fingerprint) and the systemd unit restarts the supervisor itself; a server
+its supervisor restarted (a new pid, the same fingerprint) is ours and converged.
 
 Multi-node TP (orchestrator/sglang/multinode.py): with `nodes: "{{ groups.gpu }}"` (two or more
 inventory hosts, node 0 first) every node gets `--nnodes N --node-rank R --dist-init-addr
@@ -131,6 +135,10 @@ class SGLangServerParams(Params):
     unit_name: str = Field("orchestrator-sglang", pattern=r"^[A-Za-z0-9:_.@-]+$",
                            description="systemd unit (a name: it goes under /etc/systemd/system)")
     autostart: bool = Field(False, description="enable the systemd unit (start at boot)")
+    restart_on_failure: bool = Field(
+        False, description="the supervisor restarts a server that exited non-zero or by a "
+        "signal (no stop asked) after 1, 2, 4 ... 30 s, and gives up after 5 restarts within "
+        "300 s (launch spec \"restart\"; systemd units: Restart=on-failure for the supervisor)")
     preflight: Literal["enforce", "warn", "off"] = "enforce"
     native_check: bool = Field(True, description="run SGLang's own argument validation in the "
                                "venv before launching (where SGLang and torch import)")
@@ -203,7 +211,7 @@ class SGLangServer(Stage, kind="sglang_server"):
             args, env, sglang_version=venv.sglang,
             model_identity=reads.identity(host, p.model_path) or "missing",
             draft_identity=reads.identity(host, p.draft_model_path),
-            api_key=p.api_key, python=p.python,
+            api_key=p.api_key, python=p.python, restart=change.restart_policy(p),
         )
         return Desired(args, env, fp, group)
 

@@ -88,11 +88,17 @@ def wait_port_free(host: Host, p: Any, timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
+def restart_policy(p: Any) -> dict[str, Any] | None:
+    """The launch spec's "restart" (restart_on_failure), or None: never restarted."""
+    return dict(launch.RESTART_ON_FAILURE) if getattr(p, "restart_on_failure", False) else None
+
+
 def launch_spec(p: Any, layout: ServerLayout, desired: Desired, mode: str,
                 key_file: str | None) -> dict[str, Any]:
     """STATE_DIR/launch.json: what the supervisor runs, and what `status` shows."""
     env = desired.env
-    return {
+    restart = restart_policy(p)
+    return {**({"restart": restart} if restart else {}),
         "argv": launch.server_argv(p.python, key_file, desired.args), "env": env,
         "log": layout.log, "pid_file": layout.pid, "exit_file": layout.exit,
         "key_file": key_file, "fingerprint": desired.fingerprint["fingerprint"],
@@ -139,10 +145,14 @@ def start_systemd(host: Host, p: Any, started_at: float) -> PidFile | None:
     text = launch.unit_file(
         unit=unit, description=f"SGLang server {p.served_model_name or p.model_path} "
         "(orchestrator)", python=p.python, supervisor=layout.supervisor,
-        launch_file=layout.launch, state_dir=p.state_dir, stop_timeout=p.stop_timeout + 10)
+        launch_file=layout.launch, state_dir=p.state_dir, stop_timeout=p.stop_timeout + 10,
+        restart=restart_policy(p))
     host.write_file(f"/etc/systemd/system/{unit}", text, mode=0o644)
     host.run_argv(["systemctl", "daemon-reload"], check=True, timeout=60,
                   what="systemctl daemon-reload")
+    # systemd.unit(5) StartLimitIntervalSec=: manual starts count against the limit too, and
+    # `systemctl reset-failed` flushes the counter: a deploy is not refused by earlier ones.
+    host.run_argv(["systemctl", "reset-failed", unit], timeout=60)
     host.run_argv(["systemctl", "restart", unit], check=True, timeout=120,
                   what=f"systemctl restart {unit}")
     action = "enable" if p.autostart else "disable"

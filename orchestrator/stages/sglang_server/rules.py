@@ -61,9 +61,22 @@ def _same_launch(status: ServerStatus, want: str) -> bool:
     return status.fingerprint is not None and recorded == want and pid_fp in (None, want)
 
 
+def restart_note(status: ServerStatus) -> str:
+    """What the supervisor did about failures (restart on failure), for a reason; "" if none."""
+    rec = status.exit
+    if status.restarting and rec is not None:
+        return (f"; its supervisor restarts it in {rec.restart_in_s or 0:g}s (restart "
+                f"{rec.restarts})")
+    if rec is not None and rec.gave_up:
+        return f"; its supervisor gave up: {rec.reason}"
+    if status.running and status.restarts:
+        return f", restarted {status.restarts}x by its supervisor"
+    return ""
+
+
 def _running_verdict(status: ServerStatus, desired_fp: dict[str, Any],
                      restart_after: float) -> Verdict:
-    pid = status.process.pid
+    pid = f"{status.process.pid}{restart_note(status)}"
     if not _same_launch(status, desired_fp["fingerprint"]):
         changes = launch.diff_fingerprints(status.fingerprint, desired_fp)
         return Verdict(False, "running with a different launch fingerprint (changed: "
@@ -98,7 +111,7 @@ def server_verdict(status: ServerStatus, desired_fp: dict[str, Any], *, port: in
     reason = "not running"
     rec = status.exit
     if rec is not None and not rec.stop_requested:
-        reason += f" (the last server exited with {exit_how(rec)})"
+        reason += f" (the last server exited with {exit_how(rec)}{restart_note(status)})"
     elif status.pidfile is not None and not status.stop_requested and rec is None:
         reason += " (the recorded server is gone)"
     if status.running:

@@ -148,9 +148,12 @@ class WaitReady(Stage, kind="wait_ready"):
             st = self._server_state(host) or st
         path, lines = self._log_tail(host)
         text = "\n".join(lines) or "(the log is empty)"
+        gave_up = f" (its supervisor gave up: {st.exit.reason})" if st.exit and \
+            st.exit.gave_up else ""
         return StageError(
             f"the SGLang server (pid {st.process.pid}) {rules.exit_how(st.exit)} "
-            f"{elapsed:.0f}s into its start; last {len(lines)} lines of {path}:\n{indent(text)}",
+            f"{elapsed:.0f}s into its start{gave_up}; last {len(lines)} lines of {path}:\n"
+            f"{indent(text)}",
             hint="fix what the log says, then deploy again (sglang_server restarts it)")
 
     def _started_at(self, host: Host) -> float | None:
@@ -174,9 +177,11 @@ class WaitReady(Stage, kind="wait_ready"):
             if r.ok:
                 return time.monotonic() - t0
             st = self._server_state(host)
-            if st is not None and not st.running:
+            if st is not None and not st.running and not st.restarting:
                 raise self._dead(host, st, elapsed)
-            state = rules.health_state(r)
+            state = rules.health_state(r) if st is None or not st.restarting else \
+                f"the server {rules.exit_how(st.exit)}; its supervisor restarts it (restart " \
+                f"{st.restarts})"
             line = st.log_tail[-1][-160:] if st is not None and st.log_tail else ""
             since = f", server up {time.time() - started_at:.0f}s" if started_at else ""
             ctx.progress(f"waiting for {api.base}: {state}, {elapsed:.0f}s{since}"
