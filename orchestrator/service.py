@@ -49,6 +49,7 @@ from orchestrator.host import Host
 from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
 from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT, local_url
+from orchestrator.stages.gateway.api import GatewayApi
 from orchestrator.stages.sglang_server.layout import ServerLayout
 from orchestrator.transports import AgentTransport, make_transport
 
@@ -91,8 +92,6 @@ Members = Callable[[ServiceTarget, Host], "list[dict[str, Any]] | None"]
 
 def gateway_members(target: ServiceTarget, host: Host) -> list[dict[str, Any]] | None:
     """The gateway's workers as {id, url, status, healthy} (None: /workers did not answer)."""
-    from orchestrator.stages.gateway.api import GatewayApi  # the gateway stage (issue 25)
-
     api = GatewayApi(host, target.url, api_key=target.api_key, control_key=target.control_key)
     members = api.workers()
     if members is None:

@@ -197,9 +197,3 @@ def test_members_are_shown_per_worker_and_decide_readiness() -> None:
                             "members": [{"url": "http://10.0.0.1:30000", "status": "ready",
                                          "healthy": True}]}])
     assert table.splitlines()[2] == "  member http://10.0.0.1:30000  ready  healthy"
-
-
-def test_gateway_members_through_the_gateway_stage_api() -> None:
-    pytest.importorskip("orchestrator.stages.gateway.api",
-                        reason="the gateway stage (branch i25-gw) is not merged yet")
-    assert service.GATEWAY_KIND.members is service.gateway_members

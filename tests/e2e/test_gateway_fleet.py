@@ -29,6 +29,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.events import EventHandler, ReplicaRoll
 from orchestrator.options import RollingOptions, RunOptions
 from orchestrator.plan import Selection
+from orchestrator.service import collect_status, resolve_targets, status_exit_code
 from orchestrator_sim.fleet import SimFleet
 from scripts.fetch_gateway_wheels import CACHE, HINT, have_wheels
 from tests.sim.conftest import assert_nothing_left
@@ -205,6 +206,12 @@ def test_a_keyed_fleet_behind_the_real_gateway(tmp_path: Path) -> None:
         assert _call(base + "/workers", None, "POST", {"url": "http://127.0.0.1:9"})[0] == 401
         assert _chat(base, None) == 401 and _chat(base, API_KEY) == 200
         assert _members(base) == {u: "ready" for u in urls.values()}
+        # `orchestrator status --limit gateway`: running, its members each Ready (exit 0)
+        rows = collect_status(resolve_targets(str(inventory), limit=["gateway"], cli_vars=KEYS))
+        gw_row = next(r for r in rows if r["host"] == f"{GATEWAY}:gateway")
+        assert gw_row["state"] == "running" and gw_row["ready"], gw_row
+        assert sorted(m["url"] for m in gw_row["members"]) == sorted(urls.values())
+        assert "members 3/3 ready" in gw_row["detail"] and status_exit_code(rows) == 0
 
         _refused_launch_leaves_the_old_one(inventory, base, tmp_path)
         _membership_repaired(inventory, base, urls, tmp_path)
