@@ -11,8 +11,8 @@ import pytest
 from orchestrator.run.fleet import (
     back_in,
     barrier_open,
-    draining,
     drained,
+    draining,
     listed_ready,
     may_leave,
     out_of_rotation,
