@@ -11,7 +11,7 @@ PYTEST  ?= $(BIN)/pytest
 # makes the slowest first (xdist's default, most tests first, started the longest ones last).
 PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean router-wheels
+.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean gateway-wheels
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -22,16 +22,16 @@ $(STAMP): pyproject.toml sim/pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]' -e ./sim
 	@touch $(STAMP)
 
-venv: $(STAMP)  ## create .venv and install orchestrator, its dev tools and the simulator (sim/)
+venv: $(STAMP)  ## create .venv and install orchestrator, its dev tools and the simulator (sim/); fetch the gateway wheels
+	@$(BIN)/python scripts/fetch_gateway_wheels.py || echo "gateway tests will skip (no smg wheel)"
 
 test: venv  ## run the test suite (soak tests excluded); installs OpenSSH first when it can
 	@bash scripts/test-prereqs.sh
-	@$(BIN)/python scripts/fetch_router_wheels.py || echo "router tests will skip (no sglang-router wheel)"
 	@$(BIN)/python -m compileall -q orchestrator sim tests scripts >/dev/null  # bytecode once, even under PYTHONDONTWRITEBYTECODE
 	@$(PYTEST) -q $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
 
-router-wheels: venv  ## the real sglang-router wheel + deps, once, into .cache/ (router tests use it)
-	$(BIN)/python scripts/fetch_router_wheels.py
+gateway-wheels: venv  ## the real smg (SMG gateway) wheel + deps, once, into .cache/ (gateway tests use it)
+	$(BIN)/python scripts/fetch_gateway_wheels.py
 
 lint: venv  ## ruff, and ARCHITECTURE.md's layer table as import contracts (lint-imports)
 	$(BIN)/ruff check orchestrator tests scripts bench sim

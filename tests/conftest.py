@@ -95,7 +95,7 @@ SLOWEST_MODULES = {
     "tests/e2e/test_kimi_k26.py": 111,
     "tests/e2e/test_fault_matrix.py": 93,
     "tests/e2e/test_locked.py": 90,
-    "tests/e2e/test_router_rolling.py": 82,
+    "tests/e2e/test_gateway_fleet.py": 120,
     "tests/bench/test_bench_sim.py": 75,
     "tests/stages/test_python_venv.py": 55,
     "tests/security/test_secrets.py": 52,

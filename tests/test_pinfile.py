@@ -24,11 +24,11 @@ from orchestrator.pinfile import (
     write_pin,
 )
 from orchestrator.stages.base import Needed, StageContext
+from orchestrator.stages.gateway import GatewayPin
 from orchestrator.stages.hf_download.rules import HfPin
 from orchestrator.stages.pin import arg_changes, bind_scope, pinned, placeholders, refuse
 from orchestrator.stages.pip_install import PipInstallParams, PipInstallStage, PipPin
 from orchestrator.stages.python_venv import VenvPin
-from orchestrator.stages.sglang_router import RouterPin
 from orchestrator.stages.sglang_server.rules import ServerPin, launch_pin
 from orchestrator.summary import RunSummary
 
@@ -101,7 +101,7 @@ def test_each_stage_gets_its_entry_as_its_kinds_pin() -> None:
     server = launch_pin(["--model-path", "/m", "--host", "0.0.0.0"], {"A": "1"}, {}, "0.5.23")
     pins: list[StagePin] = [VenvPin("3.11.7"), PipPin({"sglang": "0.5.23"}), server,
                             HfPin("o/d", COMMIT_A, 6, 10),
-                            RouterPin("0.3.2", "round_robin", ("--x",), "all")]
+                            GatewayPin("1.13.0", "round_robin", ("--x",), "all")]
     pin = PinFile(stages={str(i): json.loads(json.dumps(p.to_json())) for i, p in
                           enumerate(pins)})
     for i, want in enumerate(pins):

@@ -95,14 +95,37 @@ class Paths:
         self.stop_marker = os.path.join(self.state, "stop_requested")
 
 
-def _read_key(spec: dict) -> bytes:
-    if not spec.get("key_file"):
-        return b""
-    try:
-        with open(spec["key_file"], "rb") as fh:
-            return fh.read().strip()
-    except OSError:
-        return b""
+class Maskers:
+    """One Masker per key, chained (the spec's `key_file` and every one of its `key_files`)."""
+
+    def __init__(self, keys: "list[bytes]") -> None:
+        self.maskers = [Masker(k) for k in keys if k]
+
+    def feed(self, chunk: bytes) -> bytes:
+        """CHUNK through every masker."""
+        for m in self.maskers:
+            chunk = m.feed(chunk)
+        return chunk
+
+    def flush(self) -> bytes:
+        """What every masker still holds, masked by the ones after it."""
+        out = b""
+        for i, m in enumerate(self.maskers):
+            out = m.feed(out) + m.flush() if i else m.flush()
+        return out
+
+
+def _read_keys(spec: dict) -> "list[bytes]":
+    keys = []
+    for path in [spec.get("key_file"), *(spec.get("key_files") or [])]:
+        if not path:
+            continue
+        try:
+            with open(path, "rb") as fh:
+                keys.append(fh.read().strip())
+        except OSError:
+            pass
+    return keys
 
 
 def _open_log(paths: Paths, spec: dict):
@@ -142,7 +165,7 @@ def _forward_signals(proc: subprocess.Popen) -> None:
         signal.signal(sig, forward)
 
 
-def pump(fd: int, log, masker: Masker) -> None:
+def pump(fd: int, log, masker: "Masker | Maskers") -> None:
     """Copy the server's output from FD to LOG, masked, until it closes."""
     while True:
         try:
@@ -181,7 +204,7 @@ def main(argv: "list | None" = None) -> int:
     with open(spec_path) as fh:
         spec = json.load(fh)
     paths = Paths(spec_path, spec)
-    key = _read_key(spec)
+    keys = _read_keys(spec)
     log = _open_log(paths, spec)
     env = dict(os.environ)
     env.update(spec.get("env") or {})
@@ -203,7 +226,7 @@ def main(argv: "list | None" = None) -> int:
         "managed_by": spec.get("managed_by"), "unit": spec.get("unit"),
     })
     _forward_signals(proc)
-    pump(proc.stdout.fileno(), log, Masker(key))
+    pump(proc.stdout.fileno(), log, Maskers(keys))
     return _record_exit(paths, proc, proc.wait(), log)
 
 

@@ -1,7 +1,7 @@
 """Where the server lives: the files of its state dir (ONE place).
 
 The supervisor on the host names the same files (orchestrator/remote/server.py: PID_FILE,
-LOG_FILE, ...); `sglang_server`, `sglang_router`, `wait_ready` and the service commands use this
+LOG_FILE, ...); `sglang_server`, `gateway`, `wait_ready` and the service commands use this
 class. The API's default address and URL are SGLang's (orchestrator/sglang/api.py).
 """
 
