@@ -38,7 +38,6 @@ from orchestrator.status import Status
 from orchestrator.summary import RunRecord, RunSummary
 
 if TYPE_CHECKING:
-    from orchestrator.options import RollingOptions
     from orchestrator.preconnect import Preconnect
 
 
@@ -129,7 +128,6 @@ def deploy(
     handlers: Sequence[EventHandler] = (),
     verbose: bool = False,
     on_start: Callable[[DeployStart], None] | None = None,
-    rolling: RollingOptions | None = None,
     preconnected: Preconnect | None = None,
 ) -> DeployOutcome:
     """Run a playbook on an inventory's hosts; the run record goes to `run_dir/<run-id>/`.
@@ -137,10 +135,11 @@ def deploy(
     `options.dry_run` makes it a plan (checks only). `pin_path` is the pin (a deploy.lock.json) to
     hold the deploy to. Bad input raises ConfigError/PlanError (exit 2) before any host is
     touched; Ctrl-C (KeyboardInterrupt) and our errors still write the run record, then raise.
-    `rolling` makes it a rolling redeploy of the replicas behind the playbook's sglang_router
-    (orchestrator.run.rolling). `preconnected`: the run's first connections, already opening
-    (`orchestrator.preconnect.for_deploy`, as the CLI starts them before importing this
-    module); without them, deploy() opens them itself. Either way it closes the ones left.
+    A plan with a `gateway` stage restarts the replicas behind it at most
+    `options.max_unavailable` at a time (orchestrator.run.fleet). `preconnected`: the run's
+    first connections, already opening (`orchestrator.preconnect.for_deploy`, as the CLI starts
+    them before importing this module); without them, deploy() opens them itself. Either way it
+    closes the ones left.
     """
     REDACTOR.add_env(os.environ)
     cli_vars = dict(cli_vars or {})
@@ -150,8 +149,7 @@ def deploy(
     if early is None:
         from orchestrator.preconnect import for_deploy
 
-        early = for_deploy(str(playbook_path), str(inventory_path), selection, options,
-                           rolling is not None)
+        early = for_deploy(str(playbook_path), str(inventory_path), selection, options)
     try:
         # the stage kinds (and what they import) load while the first connections open
         import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
@@ -166,7 +164,7 @@ def deploy(
                            options.dry_run, handlers, verbose)
         exit_code = Interrupted.exit_code
         try:
-            exit_code = _run(plan, session, cli_vars, options, pin, on_start, rolling, early)
+            exit_code = _run(plan, session, cli_vars, options, pin, on_start, early)
         except OrchestratorError as exc:  # e.g. a ConfigError found rendering: not a Ctrl-C
             exit_code = exc.exit_code
             raise
@@ -181,8 +179,8 @@ def deploy(
 def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOptions,
          pin: PinFile | None,
          on_start: Callable[[DeployStart], None] | None,
-         rolling: RollingOptions | None = None, early: Preconnect | None = None) -> int:
-    from orchestrator.run.parallel import ParallelRun
+         early: Preconnect | None = None) -> int:
+    from orchestrator.run.fleet import schedule
     from orchestrator.run.state import RunState
     from orchestrator.transports import make_transport
 
@@ -190,12 +188,7 @@ def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOp
     # a dry run's agents write nothing for themselves on the hosts (no code cache)
     state = RunState(render_plan(plan, cli_vars, REDACTOR), session.bus, options=options,
                      transport_factory=partial(make_transport, read_only=options.dry_run))
-    if rolling is None:
-        runner = ParallelRun(state, preconnected=early)
-    else:
-        from orchestrator.run.rolling import RollingRun
-
-        runner = RollingRun(state, rolling)
+    runner = schedule(state, early)  # behind a gateway: at most max_unavailable replicas out
     if on_start is not None:
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),

@@ -198,8 +198,8 @@ class StageProgress(Event, name="stage.progress", method="on_stage_progress"):
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaRoll(Event, name="roll.step", method="on_replica_roll"):
-    """A step of a rolling redeploy (`deploy --rolling`) for one replica behind the router:
-    removed, drained, redeployed, added, serving, failed."""
+    """A step of one replica behind the gateway whose server a deploy restarts
+    (orchestrator.run.fleet): removed, drained, redeployed, added, serving, failed."""
 
     host: str
     step: str

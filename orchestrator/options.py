@@ -1,6 +1,5 @@
-"""RunOptions and RollingOptions: the knobs of one run (the deploy command's flags), apart from
-the runner so that the command line can build them without importing the runner, the stages and
-the transports."""
+"""RunOptions: the knobs of one run (the deploy command's flags), apart from the runner so that
+the command line can build them without importing the runner, the stages and the transports."""
 
 from __future__ import annotations
 
@@ -28,10 +27,6 @@ class RunOptions:
     sleep: Callable[[float], None] = time.sleep
     #: open the first hosts' connections while the run is still being prepared (preconnect)
     preconnect: bool = True
-
-
-@dataclass(frozen=True)
-class RollingOptions:
-    """`deploy --rolling` knobs: how many replicas may be out of the router at once."""
-
+    #: `--max-unavailable N`: replicas behind a gateway out of rotation at once, whatever
+    #: took them out (orchestrator.run.fleet); every deploy of a plan with a gateway stage
     max_unavailable: int = 1

@@ -107,12 +107,11 @@ def _reached_as(spec: HostSpec) -> dict[str, Any]:
     return spec.model_dump(exclude={"vars"})
 
 
-def for_deploy(playbook: str, inventory: str, selection: Selection, options: RunOptions,
-               rolling: bool) -> Preconnect | None:
-    """The early connections of a deploy (None when it opens none): not for a rolling redeploy
-    (it orders hosts itself) or a stage selection (which may drop hosts), nor when
-    `options.preconnect` is off."""
-    if not options.preconnect or rolling or selection.only or selection.from_ or selection.skip:
+def for_deploy(playbook: str, inventory: str, selection: Selection,
+               options: RunOptions) -> Preconnect | None:
+    """The early connections of a deploy (None when it opens none): not for a stage selection
+    (which may drop hosts), nor when `options.preconnect` is off."""
+    if not options.preconnect or selection.only or selection.from_ or selection.skip:
         return None
     read = read_inventory(inventory)
     if read is None:

@@ -25,7 +25,7 @@ from orchestrator.redact import REDACTOR
 
 if TYPE_CHECKING:
     from orchestrator.deploy import DeployOutcome
-    from orchestrator.options import RollingOptions, RunOptions
+    from orchestrator.options import RunOptions
     from orchestrator.preconnect import Preconnect
     from orchestrator.selection import Selection
 
@@ -123,11 +123,13 @@ def _add_deploy_and_plan(sub: Any) -> None:
     deploy.add_argument("--dry-run", action="store_true",
                         help="run only the checks and print what WOULD change; change nothing")
     deploy.add_argument("--rolling", action="store_true",
-                        help="redeploy the replicas behind the playbook's sglang_router one "
-                        "batch at a time: out of the router, drained, redeployed, verified, "
-                        "back in (no request lost)")
+                        help="accepted for older scripts: every deploy of a playbook with a "
+                        "gateway stage rolls its replicas (see --max-unavailable)")
     deploy.add_argument("--max-unavailable", type=int, default=1, metavar="N",
-                        help="with --rolling: replicas out of the router at once (default 1)")
+                        help="replicas behind the playbook's gateway out of rotation at once, "
+                        "whatever took them out (default 1): a replica whose server must "
+                        "restart leaves the gateway, drains, restarts, is verified and comes "
+                        "back; unchanged replicas stay in")
     deploy.set_defaults(func=cmd_deploy)
 
     plan = sub.add_parser(
@@ -227,17 +229,19 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"--wait-for-host: {exc}") from None
     _interrupt_on_signals()
+    if getattr(args, "max_unavailable", 1) < 1:
+        raise ConfigError("--max-unavailable must be at least 1")
     options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
-                         wait_for_host=wait_for_host, verify=args.verify)
+                         wait_for_host=wait_for_host, verify=args.verify,
+                         max_unavailable=getattr(args, "max_unavailable", 1))
     selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
-    rolling = _rolling(args)
     REDACTOR.add_env(os.environ)
-    early = for_deploy(args.playbook, args.inventory, selection, options, rolling is not None)
+    early = for_deploy(args.playbook, args.inventory, selection, options)
     try:
         from orchestrator.config.variables import parse_cli_vars
 
         cli_vars = {**_vars_files(args.vars_file), **parse_cli_vars(args.var)}
-        outcome = _deploy_with_view(args, cli_vars, selection, options, rolling, early)
+        outcome = _deploy_with_view(args, cli_vars, selection, options, early)
     finally:
         if early is not None:
             early.close()
@@ -249,8 +253,7 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], selection: Selection,
-                      options: RunOptions, rolling: RollingOptions | None,
-                      early: Preconnect | None) -> DeployOutcome:
+                      options: RunOptions, early: Preconnect | None) -> DeployOutcome:
     """orchestrator.deploy.deploy, shown on the console unless --json."""
     from orchestrator.cli.console import ConsoleView
     from orchestrator.deploy import DeployStart, deploy
@@ -272,19 +275,10 @@ def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], select
             args.playbook, args.inventory, cli_vars=cli_vars, selection=selection,
             options=options, pin_path=args.locked, run_dir=args.run_dir,
             handlers=[view] if view is not None else [], verbose=args.verbose,
-            on_start=on_start, rolling=rolling, preconnected=early)
+            on_start=on_start, preconnected=early)
     finally:
         if view is not None:
             view.close()
-
-
-def _rolling(args: argparse.Namespace) -> RollingOptions | None:
-    """RollingOptions for `deploy --rolling`, else None (plan has no --rolling)."""
-    if not getattr(args, "rolling", False):
-        return None
-    from orchestrator.options import RollingOptions
-
-    return RollingOptions(max_unavailable=args.max_unavailable)
 
 
 def _vars_files(paths: list[str]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ For each (host, stage) node it:
   2. runs `check` (the spec's `check:` command, then the kind's own check): converged -> ok;
      under --dry-run a needed change is reported as would-change and nothing is applied,
   3. otherwise `apply` then `verify` -> changed, re-running the whole node per `retry:`
+     (a kind whose apply takes the host out of service, `Stage.disruptive`, first passes the
+     run's gate when a schedule set one: orchestrator.run.fleet)
      (tenacity). A check cut by a dropped connection is asked again (the host reconnects on
      demand) without spending an attempt; checks whose kind allows it are asked ahead of their
      turn (orchestrator.run.early).
@@ -259,6 +261,8 @@ class NodeRunner:
             return Status.OK, verdict.reason
         if self.state.options.dry_run:
             return Status.WOULD_CHANGE, verdict.reason
+        if stage.disruptive and self.state.gate is not None:
+            self.state.gate.leave(self.host)  # out of rotation and drained first
         with self._lock:  # the early answers asked until now no longer hold on this host
             self._epoch += 1
         self.state.bus.publish(StageApply(host=self.host, stage=sid, attempt=attempt,

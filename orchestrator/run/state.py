@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator.errors import Interrupted
 from orchestrator.events import EventBus, RunFinished, RunStarted, StageFinished
@@ -23,6 +23,15 @@ EXIT_OK, EXIT_FAILED, EXIT_UNREACHABLE = 0, 1, 3  # 2 (bad input) is raised befo
 EXIT_INTERRUPTED = Interrupted.exit_code  # 130
 
 TransportFactory = Callable[..., AgentTransport]
+
+
+class Gate(Protocol):
+    """What a schedule puts on RunState.gate for the node runner: asked before a stage whose
+    apply takes its host out of service (`Stage.disruptive`) applies (orchestrator.run.fleet)."""
+
+    def leave(self, host: str) -> None:
+        """Return once HOST may go out of service (it is out of rotation and drained); raise
+        an OrchestratorError when it may not."""
 
 
 @dataclass
@@ -84,6 +93,8 @@ class RunState:
         self.redactor = redactor
         self.outcome = Outcome()
         self.cancelled = threading.Event()
+        #: set by a schedule that gates disruptive applies (orchestrator.run.fleet); None: none
+        self.gate: Gate | None = None
         for secrets in rendered.secrets.values():
             redactor.add(*secrets)
         kinds = stage_kinds()

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from graphlib import TopologicalSorter
 from typing import TYPE_CHECKING, Any
@@ -163,7 +164,7 @@ class _Connection:
 
 class HostWalker:
     """Walks the hosts of a run: `walk(host)` once per host, from any thread (the schedules of
-    orchestrator.run.parallel and orchestrator.run.rolling call it); `cancel` on Ctrl-C."""
+    orchestrator.run.parallel and orchestrator.run.fleet call it); `cancel` on Ctrl-C."""
 
     def __init__(self, state: RunState, preconnected: Preconnect | None = None) -> None:
         self.state = state
@@ -211,12 +212,22 @@ class HostWalker:
         st.bus.publish(HostFinished(host=host, status=overall,
                                     duration_s=round(time.monotonic() - t0, 3)))
 
-    def walk_all(self, hosts: list[str]) -> None:
-        """Walk HOSTS at once, up to --forks at a time. Ctrl-C (KeyboardInterrupt in the calling
-        thread) cancels the run, waits up to 30 s for the walks to stop and is raised again."""
-        forks = max(1, min(self.state.options.forks, len(hosts)))
+    def walk_all(self, hosts: list[str], then: Callable[[str], None] | None = None,
+                 forks: int | None = None) -> None:
+        """Walk HOSTS at once, up to `forks` (default --forks) at a time; `then(host)` runs in
+        the host's thread after its walk. Ctrl-C (KeyboardInterrupt in the calling thread)
+        cancels the run, waits up to 30 s for the walks to stop and is raised again."""
+        forks = max(1, min(forks or self.state.options.forks, len(hosts)))
         pool = ThreadPoolExecutor(max_workers=forks, thread_name_prefix="host")
-        futures = [pool.submit(self.walk, h) for h in hosts]
+
+        def one(host: str) -> None:
+            try:
+                self.walk(host)
+            finally:
+                if then is not None:
+                    then(host)
+
+        futures = [pool.submit(one, h) for h in hosts]
         try:
             while wait(futures, timeout=0.2).not_done:
                 pass

@@ -122,6 +122,9 @@ class Stage:
     #: (orchestrator.run.early): it only reads, answers in about a round trip, and reads
     #: nothing an earlier stage's check or apply hands over except through the host itself
     speculative_check: ClassVar[bool] = False
+    #: its apply takes the host out of service (a server restart): behind a gateway the run's
+    #: gate takes the host out of rotation first (orchestrator.run.fleet)
+    disruptive: ClassVar[bool] = False
 
     def __init_subclass__(cls, kind: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

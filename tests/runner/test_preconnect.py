@@ -205,12 +205,12 @@ def test_no_early_connection_for_a_stage_selection(flag: str, tmp_path: Path) ->
     args: dict[str, Any] = {"limit": None, "only": None, "from_": None, "skip": None}
     args[flag] = "b" if flag == "from_" else ["b"]
     picked = Selection.from_args(args["limit"], args["only"], args["from_"], args["skip"])
-    assert for_deploy(str(pb), str(inv), picked, RunOptions(), False) is None
+    assert for_deploy(str(pb), str(inv), picked, RunOptions()) is None
     plain = Selection.from_args(None, None, None, None)
-    early = for_deploy(str(pb), str(inv), plain, RunOptions(), False)
+    early = for_deploy(str(pb), str(inv), plain, RunOptions())
     assert early is not None and early.hosts == ["l1"]
     early.close()
-    assert for_deploy(str(pb), str(inv), plain, RunOptions(preconnect=False), False) is None
+    assert for_deploy(str(pb), str(inv), plain, RunOptions(preconnect=False)) is None
 
 
 def test_what_an_early_connection_logs_before_the_run_goes_to_the_run(
@@ -271,7 +271,7 @@ from orchestrator.selection import Selection
 args = build_parser("deploy").parse_args(["deploy", {str(pb)!r}, "-i", {str(inv)!r}])
 options = RunOptions(wait_for_host=parse_duration(args.wait_for_host))
 selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
-early = for_deploy(args.playbook, args.inventory, selection, options, False)
+early = for_deploy(args.playbook, args.inventory, selection, options)
 assert early is not None and early.hosts == ["gpu-1"], early
 assert seen.wait(60)
 print("connected-with", " ".join(m for m in {LATE!r} if m in mods))

@@ -94,61 +94,6 @@ groups:
 """
 
 
-def _rolling_runner(tmp_path: Path, playbook: str, n: int) -> object:
-    import orchestrator.stages  # noqa: F401 - registers the kinds
-    from orchestrator.config import load_all
-    from orchestrator.events import EventBus
-    from orchestrator.options import RollingOptions
-    from orchestrator.plan import Selection, build_plan, render_plan
-    from orchestrator.run.rolling import RollingRun
-    from orchestrator.run.state import RunState
-
-    (tmp_path / "p.yaml").write_text(playbook)
-    (tmp_path / "i.yaml").write_text(INVENTORY)
-    pb, inv = load_all(str(tmp_path / "p.yaml"), str(tmp_path / "i.yaml"), {})
-    rendered = render_plan(build_plan(pb, inv, Selection()))
-    return RollingRun(RunState(rendered, EventBus("test")), RollingOptions(n))
-
-
-def test_rolling_needs_one_gateway_and_a_replica_left_serving(tmp_path: Path) -> None:
-    from orchestrator.errors import PlanError
-
-    runner = _rolling_runner(tmp_path, PLAYBOOK, 2)
-    assert runner.replicas == ["a", "b", "c"]  # type: ignore[attr-defined]
-    assert runner.router.urls == {h: f"http://{h}:30000" for h in "abc"}  # type: ignore[attr-defined]
-    with pytest.raises(PlanError, match="all 3 replicas"):
-        _rolling_runner(tmp_path, PLAYBOOK, 3)
-    without = PLAYBOOK.split("  - id: gateway")[0]
-    with pytest.raises(PlanError, match="exactly one gateway"):
-        _rolling_runner(tmp_path, without, 1)
-
-
-def test_cli_rolling_flags() -> None:
-    from orchestrator.cli.main import _rolling, build_parser
-    from orchestrator.options import RollingOptions
-
-    parse = build_parser("deploy").parse_args
-    args = parse(["deploy", "p.yaml", "-i", "i.yaml", "--rolling", "--max-unavailable", "2"])
-    assert _rolling(args) == RollingOptions(max_unavailable=2)
-    assert _rolling(parse(["deploy", "p.yaml", "-i", "i.yaml"])) is None
-
-
-def test_console_shows_roll_steps() -> None:
-    import io
-
-    from orchestrator.cli.console import ConsoleView
-    from orchestrator.events import ReplicaRoll
-
-    out = io.StringIO()
-    view = ConsoleView(stream=out, live=False)
-    view.on_replica_roll(ReplicaRoll(host="gpu-1", step="drained",
-                                     detail="0 requests in flight", duration_s=0.21))
-    view.on_replica_roll(ReplicaRoll(host="gpu-2", step="failed", detail="its stages failed"))
-    view.close()
-    assert "[gpu-1] rolling: drained: 0 requests in flight (0.2s)" in out.getvalue()
-    assert "[gpu-2] rolling: failed: its stages failed" in out.getvalue()
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -189,6 +189,7 @@ class SGLangServer(Stage, kind="sglang_server"):
     """Run one SGLang server per host, with preflight, fingerprint and graceful restarts."""
 
     speculative_check = True
+    disruptive = True  # a launch stops the running server (behind a gateway: gated)
 
     Params = SGLangServerParams
     params: SGLangServerParams
