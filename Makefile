@@ -11,7 +11,7 @@ PYTEST  ?= $(BIN)/pytest
 # makes the slowest first (xdist's default, most tests first, started the longest ones last).
 PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean gateway-wheels
+.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean gateway-wheels fleet-demo
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -50,6 +50,9 @@ bench-demo: venv  ## simulated host: baseline vs EAGLE-3 bench, a small tune, re
 
 demo: venv  ## deploy Kimi K2.6 + EAGLE-3 to a simulated 8-GPU host, twice, then stop it
 	BIN=$(BIN) bash scripts/demo.sh
+
+fleet-demo: venv  ## 3 replicas + the SMG gateway under load: roll, kill a replica, kill a roll; one summary line
+	$(BIN)/python scripts/fleet_demo.py
 
 drill: venv  ## reboot drill on a simulated box: deploy, reboot, deploy, verify; recovery time
 	$(BIN)/python scripts/drill.py

@@ -1,17 +1,21 @@
 """The gateway kind (SMG): parameters (a non-loopback bind without both keys is refused), worker
-URLs from an inventory group, the rolling redeploy's set-up, and - with the REAL smg 1.13.0 wheel
+URLs from an inventory group, and - with the REAL smg 1.13.0 wheel
 from .cache/gateway-wheels installed in a venv here - a keyed gateway launched on this host
 (worker management refused without the control-plane key, no key on any argv or in the log),
 membership that differs keeping the stage Needed, and a launch that smg refuses only at start
-failing the stage while the old gateway keeps serving. SMG's shapes alone:
+failing the stage while the old gateway keeps serving, and a SIGKILLed gateway started again by
+its supervisor. SMG's shapes alone:
 tests/sglang/test_gateway.py; the launcher: tests/remote/test_gateway_launch.py."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -215,6 +219,20 @@ def test_the_real_gateway_keyed_refusing_and_left_serving(
             bad.apply(local_host, ctx2, plan.plan)
         assert json.loads((state / "server.pid").read_text())["pid"] == pid
         assert _get(base + "/health")[0] == 200  # the old gateway still serves
+        # SIGKILL of the gateway: its supervisor starts it again (backoff 1 s), same launch
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        record: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            record = json.loads((state / "server.pid").read_text())
+            if record["pid"] != pid and _get(base + "/health")[0] == 200:
+                break
+            time.sleep(0.2)
+        assert record["pid"] != pid and record["restarts"] == 1, record
+        assert _get(base + "/health")[0] == 200
+        assert json.loads(_get(base + "/workers", CONTROL_KEY)[1])["workers"] == []
+        back = stage.check(local_host, stage_ctx("gateway", kind="gateway"))
+        assert isinstance(back, Needed) and back.reason.startswith("membership differs"), back
         # smg's parser refuses an unknown flag already in check, before anything runs
         with pytest.raises(StageError, match=r"\(argparse.*unrecognized arguments: --nope"):
             GatewayStage(_params(**kw, extra_args=["--nope"])).check(
