@@ -162,12 +162,14 @@ def _deploy(inventory: Path, runs: Path, steps: Steps | None = None,
     return out.exit_code
 
 
-def _killed_mid_roll(inventory: Path, runs: Path, url: str, admin_key: str) -> None:
-    """A deploy of a changed launch, SIGKILLed once a replica left the gateway."""
+def _killed_mid_roll(inventory: Path, runs: Path, url: str, admin_key: str) -> dict[str, Any]:
+    """A deploy of a changed launch, SIGKILLed once a replica left the gateway; its variables
+    (for the re-run)."""
     profile = yaml.safe_load((REPO / "configs/models/kimi-k2.6.yaml").read_text())
     launch = {**profile["launch"], "mem_fraction_static": 0.86}
     changed = runs.parent / "changed-launch.yaml"
-    changed.write_text(yaml.safe_dump({"launch": launch, **_drafter("main")}))
+    variables = {"launch": launch, **_drafter("main")}
+    changed.write_text(yaml.safe_dump(variables))
     cmd = [str(REPO / ".venv/bin/orchestrator"), "deploy", str(PLAYBOOK), "-i", str(inventory),
            "--run-dir", str(runs), "--vars-file", str(changed)]
     log = (runs.parent / "killed-deploy.log").open("wb")
@@ -191,6 +193,7 @@ def _killed_mid_roll(inventory: Path, runs: Path, url: str, admin_key: str) -> N
     ready = sum(1 for st in listed.values() if st == "ready")
     print(f"  orchestrator SIGKILLed mid-roll: the gateway lists {len(listed)} workers, "
           f"{ready} of {len(REPLICAS)} replicas Ready", flush=True)
+    return variables
 
 
 def main() -> int:
@@ -232,8 +235,8 @@ def main() -> int:
             if rc != 0:
                 return 1
             print("== SIGKILL the orchestrator mid-roll, then deploy", flush=True)
-            _killed_mid_roll(inventory, runs, url, admin_key)
-            rc = _deploy(inventory, runs, Steps(), **_drafter("main"))
+            again = _killed_mid_roll(inventory, runs, url, admin_key)
+            rc = _deploy(inventory, runs, Steps(), **again)  # the same deploy, run again
             members = _members(url, admin_key)
             print(f"  deploy exit {rc}; members {members}", flush=True)
         failed = [r for r in kill if r[2]]
