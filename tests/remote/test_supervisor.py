@@ -134,7 +134,7 @@ def _start(spec: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def _until(pred, timeout: float = 15.0):
+def _until(pred, timeout: float = 60.0):  # generous: the suite runs 6 workers on 2 cores
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = pred()

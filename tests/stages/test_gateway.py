@@ -163,6 +163,8 @@ def _get(url: str, key: str | None = None) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+    except OSError as exc:  # refused: nothing listens (URLError is an OSError)
+        return 0, str(exc)
 
 
 def _pid_tree_cmdlines() -> list[bytes]:
