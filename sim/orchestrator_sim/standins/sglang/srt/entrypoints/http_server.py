@@ -7,6 +7,17 @@ turns `/health` to 503, lets running requests finish briefly, stops and gives th
 Each behaviour cites the real source (paths relative to sglang/, `hs` = srt/entrypoints/
 http_server.py, `tm` = srt/managers/tokenizer_manager.py, `oai` = srt/entrypoints/openai/).
 Bodies are compact JSON, as FastAPI's ORJSONResponse and pydantic's model_dump_json write them.
+
+What the gateway (SMG 1.13.0, the sdist's model_gateway/src/) asks a replica, answered here as
+SGLang answers it: GET /health every health-check interval (wheel smg/router_args.py:166,
+worker/worker.rs:3137-3138 with the Bearer key); on registration GET /v1/models, whose
+`owned_by: "sglang"` makes it an SGLang worker (workflow/steps/local/detect_backend.rs:83-128),
+then /server_info and /model_info (discover_metadata.rs:173-205); for loads GET
+/v1/loads?include=... first (worker/monitor.rs:249-257), then /metrics with the gauges
+sglang:token_usage, num_running_reqs, num_queue_reqs (monitor.rs:1081-1100). Known gap: real
+0.5.23 serves /v1/loads (srt/entrypoints/v1_loads.py:96, included at hs:519-523) and this
+stand-in does not (404), so SMG takes its /metrics fallback; only load-aware policies see the
+difference, not round_robin nor the orchestrator's drain proof (which reads /metrics itself).
 """
 
 from __future__ import annotations
