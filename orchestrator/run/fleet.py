@@ -43,13 +43,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from orchestrator.errors import Interrupted, OrchestratorError, PlanError, StageError
 from orchestrator.events import ReplicaRoll
-from orchestrator.facts.http import HttpAnswer
 from orchestrator.host import Host
 from orchestrator.run.parallel import ParallelRun
 from orchestrator.run.state import Outcome, RunState
@@ -59,6 +58,8 @@ from orchestrator.status import Status
 
 if TYPE_CHECKING:
     from orchestrator.preconnect import Preconnect
+    from orchestrator.stages.gateway.api import GatewayApi as Api
+    from orchestrator.stages.gateway.api import Member
     from orchestrator.transports.agent_client import AgentTransport
 
 #: the stage kind whose workers are the fleet
@@ -71,30 +72,6 @@ DRAINING = "draining"
 #: Draining worker after drain_settle_secs (default 5 s, worker.rs:441-443)
 UNLIST_TIMEOUT_S = 60.0
 POLL_S = 0.2
-
-
-class Member(Protocol):
-    """One worker of GET /workers (orchestrator.sglang.gateway.Member)."""
-
-    url: str
-    status: str
-
-    @property
-    def ready(self) -> bool: ...
-
-
-class Api(Protocol):
-    """What the fleet uses of the gateway's API (orchestrator.stages.gateway.api.GatewayApi)."""
-
-    base: str
-
-    def workers(self) -> Sequence[Member] | None: ...
-    def add(self, url: str) -> None: ...
-    def remove(self, url: str) -> bool: ...
-    def chat(self, model: str | None, prompt: str = ...) -> HttpAnswer: ...
-    def worker_health(self, url: str) -> HttpAnswer: ...
-    def worker_in_flight(self, url: str) -> int | None: ...
-    def worker_requests_done(self, url: str) -> int | None: ...
 
 
 # -- the rules (pure: tests/run/test_fleet_rules.py) ------------------------------------------
@@ -157,8 +134,6 @@ def back_in(chat_ok: bool, before: int | None, now: int | None) -> bool:
     return chat_ok and before is not None and now is not None and now > before
 
 
-# -- the gate ---------------------------------------------------------------------------------
-
 class FleetGate:
     """RunState.gate of a fleet run: when a replica may leave the gateway, and its way back.
     `leave` is called by the node runner (any host thread), `walked` after each host's walk."""
@@ -171,9 +146,7 @@ class FleetGate:
         self.urls = urls
         self.max_unavailable = state.options.max_unavailable
         hosts = set(state.plan.hosts)
-        self.wait_for = {h for h in urls if h in hosts}
-        if gateway_host in hosts:
-            self.wait_for.add(gateway_host)
+        self.wait_for = {h for h in [*urls, gateway_host] if h in hosts}
         self.arrived: set[str] = set()
         self.done: set[str] = set()
         self.taken: dict[str, float] = {}  # replicas this run took out -> when
@@ -182,8 +155,6 @@ class FleetGate:
         self._api: Api | None = None
         self._transport: AgentTransport | None = None
         self._opening = threading.Lock()
-
-    # -- hooks --------------------------------------------------------------------------------
 
     def leave(self, host: str) -> None:
         """Return once HOST is out of rotation and drained (at once when it already is)."""
@@ -195,17 +166,20 @@ class FleetGate:
             if host in self.taken:
                 return  # taken out earlier in this run (a retry, a walk after a reboot)
         api, url = self.api(), self.urls[host]
-        if not self._serving(api, url):
+        if not serving(url, api.workers(), lambda: api.worker_health(url).ok):
             with self.cond:
                 self.taken[host] = time.monotonic()
             self._step(host, "removed", f"{url} was not in rotation: it goes on at once")
             return
-        self._wait_barrier(host)
+        with self.cond:
+            while not barrier_open(self.wait_for, self.arrived, self.done):
+                self._wait()
+        self._gateway_ok(f"{host} keeps serving and is not restarted")
         self._reserve(api, host)
         try:
             self._take_out(api, host, url)
-        except OrchestratorError as exc:
-            self._stop(host, exc)
+        except OrchestratorError as exc:  # it was put back (not out): the roll stops
+            self._fail(host, exc.render().splitlines()[0], out=False)
             raise
 
     def walked(self, host: str) -> None:
@@ -244,19 +218,11 @@ class FleetGate:
                                                 cancelled=st.cancelled))
             return self._api
 
-    # -- leaving ------------------------------------------------------------------------------
-
-    def _serving(self, api: Api, url: str) -> bool:
-        return serving(url, api.workers(), lambda: api.worker_health(url).ok)
-
-    def _wait_barrier(self, host: str) -> None:
-        with self.cond:
-            while not barrier_open(self.wait_for, self.arrived, self.done):
-                self._wait()
-        outcome = self.state.outcome
-        if self.gateway_host in self.wait_for and not outcome.host_ok(self.gateway_host):
-            raise StageError(f"the gateway's host {self.gateway_host} did not converge: "
-                             f"{host} keeps serving and is not restarted")
+    def _gateway_ok(self, then: str) -> None:
+        """Raise when the gateway's host (walked in this run) did not converge."""
+        g = self.gateway_host
+        if g in self.wait_for and not self.state.outcome.host_ok(g):
+            raise StageError(f"the gateway's host {g} did not converge: {then}")
 
     def _reserve(self, api: Api, host: str) -> None:
         """Wait for room under --max-unavailable; refuse when nothing will make room."""
@@ -295,27 +261,14 @@ class FleetGate:
                 return
             self._sleep(POLL_S)
         last = readings[-1] if readings else None
-        self._put_back(api, url)
+        self._until(lambda: unlisted(url, api.workers()), UNLIST_TIMEOUT_S,
+                    f"the gateway still lists {url} after its removal")
+        api.add(url)  # put back
         why = "its /metrics did not answer (no answer is not drained)" if last is None else \
             f"it still had {last} request(s) running or queued"
         raise StageError(f"{host} was not drained {timeout:.0f}s after it left the gateway: "
                          f"{why}; it was put back", hint="raise the gateway stage's "
                          "drain_timeout, or serve /metrics (--enable-metrics)")
-
-    def _put_back(self, api: Api, url: str) -> None:
-        self._until(lambda: unlisted(url, api.workers()), UNLIST_TIMEOUT_S,
-                    f"the gateway still lists {url} after its removal")
-        api.add(url)
-
-    def _stop(self, host: str, exc: OrchestratorError) -> None:
-        """A replica that did not get out stops the roll; it was put back (not out)."""
-        self._step(host, "failed", exc.render().splitlines()[0])
-        with self.cond:
-            self.taken.pop(host, None)
-            self.failed.add(host)
-            self.cond.notify_all()
-
-    # -- coming back --------------------------------------------------------------------------
 
     def _rejoin(self, api: Api, host: str, url: str) -> None:
         t = time.monotonic()
@@ -323,10 +276,7 @@ class FleetGate:
         with self.cond:  # on a first deploy the gateway itself may still be on its way
             while self.gateway_host in self.wait_for and self.gateway_host not in self.done:
                 self._wait()
-        if self.gateway_host in self.wait_for and \
-                not self.state.outcome.host_ok(self.gateway_host):
-            raise StageError(f"the gateway's host {self.gateway_host} did not converge: "
-                             f"{host} stays out of rotation")
+        self._gateway_ok(f"{host} stays out of rotation")
         self._until(lambda: not draining(url, api.workers()), UNLIST_TIMEOUT_S,
                     f"the gateway still lists {url} Draining")
         before = api.worker_requests_done(url)
@@ -354,15 +304,18 @@ class FleetGate:
             self.cond.notify_all()
         self._step(host, "serving", f"a chat through the gateway reached it ({sent} sent)", t)
 
-    def _fail(self, host: str, detail: str, since: float | None = None) -> None:
-        """HOST stays out: counted against the budget, and the roll stops."""
+    def _fail(self, host: str, detail: str, since: float | None = None, *,
+              out: bool = True) -> None:
+        """The roll stops; HOST stays out (counted against the budget) unless it was put back
+        (`out` False: no longer taken, its node's error fails it)."""
         self._step(host, "failed", detail, since)
         with self.cond:
+            if not out:
+                self.taken.pop(host, None)
             self.failed.add(host)
             self.cond.notify_all()
-        self.state.outcome.set(host, "roll", Status.FAILED)
-
-    # -- helpers ------------------------------------------------------------------------------
+        if out:
+            self.state.outcome.set(host, "roll", Status.FAILED)
 
     def _step(self, host: str, step: str, detail: str | None = None,
               since: float | None = None) -> None:
@@ -387,8 +340,6 @@ class FleetGate:
                 raise StageError(f"{what} (waited {timeout:.0f}s)")
             self._sleep(POLL_S)
 
-
-# -- the schedule -----------------------------------------------------------------------------
 
 class FleetRun:
     """Runs a plan with a gateway: every host at once, replicas through the gate."""
@@ -437,16 +388,15 @@ def schedule(state: RunState, preconnected: Preconnect | None = None) -> FleetRu
 
 
 def _refuse_ungated(state: RunState) -> None:
-    plan = state.plan
-    if state.options.dry_run or not any(s.kind == GATEWAY_KIND for s in plan.playbook.stages):
+    gateways = [s.id for s in state.plan.playbook.stages if s.kind == GATEWAY_KIND]
+    if state.options.dry_run or not gateways:
         return
     kinds = stage_kinds()
     restarts = sorted({sid for mine in state.nodes.values() for sid, node in mine.items()
                        if node.params is not None and kinds[node.kind].disruptive})
     if restarts:
-        gateway = [s.id for s in plan.playbook.stages if s.kind == GATEWAY_KIND]
         raise PlanError(
             f"the selection restarts servers ({', '.join(restarts)}) behind the gateway "
-            f"stage {gateway[0]!r} but leaves that stage out: nothing would take the "
+            f"stage {gateways[0]!r} but leaves that stage out: nothing would take the "
             "replicas out of rotation", hint="keep the gateway's host in --limit and its "
             "stage in the selection (it changes nothing when converged), or use --dry-run")
