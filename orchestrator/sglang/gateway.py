@@ -88,15 +88,12 @@ SETTING_FLAGS = {
 #: GET /workers status values (crates/protocols/src/worker.rs:136-160)
 READY, DRAINING = "ready", "draining"
 
-#: SGLang's scheduler gauges (0.5.23 sglang/srt/observability/metrics_collector.py:364-375): one
-#: series per label set (tp_rank, ..., and per priority under priority scheduling: 1417-1429),
-#: so their sum is zero exactly when every series is; only that zero is relied on
-_GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
-                    re.MULTILINE)
-#: the tokenizer's counter of finished requests, one series per is_streaming value (0.5.23
-#: metrics_collector.py:1940-1944, incremented once per request at :2136)
-_REQUESTS = re.compile(r"^sglang:(num_requests_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
-                       re.MULTILINE)
+#: SGLang's scheduler gauges num_running_reqs, num_queue_reqs (0.5.23 sglang/srt/observability/
+#: metrics_collector.py:364-375): one series per label set (tp_rank, ..., and per priority under
+#: priority scheduling: 1417-1429), so their sum is zero exactly when every series is; only that
+#: zero is relied on. The tokenizer's counter num_requests_total of finished requests, one series
+#: per is_streaming value (metrics_collector.py:1940-1944, incremented once per request at :2136)
+_SERIES = r"^sglang:(?:{})(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)\s*$"
 
 
 def gateway_args(*, host: str, port: int, prometheus_port: int, policy: str,
@@ -123,19 +120,17 @@ def norm_url(url: str) -> str:
 
 def in_flight(metrics_text: str) -> int | None:
     """Running + queued requests from SGLang's /metrics text (None when it has no such gauge)."""
-    return _sum(_GAUGE, metrics_text)
+    return _sum("num_running_reqs|num_queue_reqs", metrics_text)
 
 
 def requests_done(metrics_text: str) -> int | None:
     """Requests a worker has finished, from SGLang's /metrics (None without the counter)."""
-    return _sum(_REQUESTS, metrics_text)
+    return _sum("num_requests_total", metrics_text)
 
 
-def _sum(pattern: re.Pattern[str], text: str) -> int | None:
-    found = pattern.findall(text)
-    if not found:
-        return None
-    return int(sum(float(v) for _, v in found))
+def _sum(names: str, text: str) -> int | None:
+    found = re.findall(_SERIES.format(names), text, re.MULTILINE)
+    return int(sum(float(v) for v in found)) if found else None
 
 
 @dataclass(frozen=True)
