@@ -1,41 +1,32 @@
-"""The fleet schedule: every deploy of a plan that holds a `gateway` stage (plain, or `--rolling`,
-now an alias), so that no deploy takes more than `--max-unavailable` replicas out of rotation.
+"""The fleet schedule: every deploy of a plan with a `gateway` stage (`--rolling` is an alias)
+takes at most `--max-unavailable` replicas out of rotation.
 
-All hosts are walked at once, as a plain deploy walks them (orchestrator.run.parallel), with a
-gate on RunState (`FleetGate`): the node runner asks `gate.leave(host)` before it applies a stage
-whose apply takes its host out of service (`Stage.disruptive`: sglang_server) on a replica behind
-the gateway (the gateway stage's `urls`: one per host of its `worker_group`). A replica whose
-server is unchanged never meets the gate and stays in. At the gate:
+All hosts are walked at once (as orchestrator.run.parallel does), with a gate on RunState
+(`FleetGate`): the node runner calls `gate.leave(host)` before a stage whose apply takes its
+host out of service (`Stage.disruptive`: sglang_server) on a replica behind the gateway (the
+gateway stage's `urls`). An unchanged replica never meets the gate. At the gate:
 
-  1. a replica already OUT of rotation (the gateway does not list it Ready; when the gateway does
-     not answer GET /workers, its own /health is not 200) goes on at once: it costs no capacity;
-  2. barrier: a serving replica waits until every replica of the plan reached its gate or ended
-     its walk, and the gateway's host ended its walk (so downloads, venvs and packages ran on all
-     replicas in parallel BEFORE any left, and the gateway stage's own membership reconcile is
-     over before the schedule changes membership; a serving replica does not leave when the
-     gateway's host failed, nor after a replica of this roll failed: the roll stops);
-  3. budget: it leaves only when (out now + 1) <= --max-unavailable, where out now counts every
-     desired worker the gateway does not list Ready (in this run or not, failed ones too) and
-     those this run took out; it waits while replicas of this run are on their way back, and is
-     refused when none is;
-  4. out: DELETE /workers/{id}; SMG marks a Ready worker Draining, which its policies no longer
-     pick, and drops it after drain_settle_secs (smg 1.13.0 model_gateway/src/workflow/steps/
-     local/drain_workers.rs:1-7, 64-85; crates/protocols/src/worker.rs:466-475, default 5 s);
-     then the drain proof: the replica's OWN running + queued requests (SGLang /metrics
-     sglang:num_running_reqs + sglang:num_queue_reqs) read 0 twice in a row; a reading that does
-     not answer is NOT drained; past the gateway stage's `drain_timeout` it is put back and fails.
+  1. a replica already OUT of rotation (not listed Ready; when GET /workers does not answer,
+     its own /health is not 200) goes on at once: it costs no capacity;
+  2. barrier: a serving replica waits until every replica reached its gate or ended its walk,
+     and the gateway's host ended its walk (prepare steps ran on all replicas in parallel, and
+     the gateway stage's own reconcile is over); it does not leave when the gateway's host
+     failed, nor after a replica of this roll failed (the roll stops);
+  3. budget: it leaves only when (out now + 1) <= --max-unavailable, out now counting every
+     desired worker not listed Ready and those this run took out; it waits while replicas of
+     this run are on their way back, and is refused when none is;
+  4. out: DELETE /workers/{id}; SMG marks a Ready worker Draining (no longer picked) and drops
+     it after drain_settle_secs (smg 1.13.0 model_gateway/src/workflow/steps/local/
+     drain_workers.rs:1-7, 64-85; crates/protocols/src/worker.rs:466-475, default 5 s); drain
+     proof: the replica's OWN sglang:num_running_reqs + sglang:num_queue_reqs read 0 twice in a
+     row (no answer is NOT drained); past `drain_timeout` it is put back and fails.
 
-The walk goes on (stop -> start -> load -> verify: sglang_server, wait_ready). When the host's
-walk ends (`FleetGate.walked`, in its thread) a replica this run took out comes back: wait until
-the gateway no longer lists its Draining entry, POST /workers, wait until it is listed Ready
-(`ready_timeout`), then the back-in proof: a chat through the gateway succeeded AND the replica's
-own finished-requests counter (sglang:num_requests_total) grew. A replica whose walk failed stays
-out (and counts against the budget). Each step is a ReplicaRoll event (removed, drained,
-redeployed, added, serving, failed) with its duration.
-
-A deploy SIGKILLed mid-roll leaves a replica out of the gateway (and maybe stopped): the next
-deploy's gateway stage re-adds it once its own /health answers (stages/gateway, membership
-reconcile), and a replica whose server must start again is out, so it goes on at once.
+After the host's walk (`FleetGate.walked`, in its thread) a replica this run took out comes
+back: unlisted, POST /workers, listed Ready within `ready_timeout`, then the back-in proof: a
+chat through the gateway succeeded AND its own sglang:num_requests_total grew. A replica whose
+walk failed stays out (and counts). Each step is a ReplicaRoll event with its duration. A deploy
+SIGKILLed mid-roll is repaired by the next: the gateway stage re-adds a replica once its /health
+answers, and one whose server must start again is out, so it goes on at once.
 """
 
 from __future__ import annotations

@@ -13,13 +13,12 @@ from orchestrator.facts.programs import marked_result
 from orchestrator.host import Host
 from orchestrator.remote import source
 from orchestrator.sglang.gateway import DRAINING, membership
+from orchestrator.sglang.launch import RESTART_ON_FAILURE
 from orchestrator.stages.gateway.api import GatewayApi
 from orchestrator.stages.sglang_server.layout import ServerLayout
 
 #: the launcher shipped to the host (the supervisor runs it; the check runs its text with -c)
 LAUNCHER = "gateway_launch"
-#: what a supervisor does when the gateway exits unasked (remote/supervisor.py, branch i25-sup)
-RESTART = {"max": 5, "window_s": 300, "backoff_s": 1, "backoff_max_s": 30}
 
 
 class GatewayFiles(ServerLayout):
@@ -106,7 +105,7 @@ def write_launch(host: Host, p: Any, desired: Desired) -> None:
     host.write_file(files.launcher, source(LAUNCHER), mode=0o644)
     launch = {"argv": [p.python, files.launcher, "run", files.spec], "env": dict(p.env),
               "log": files.log, "pid_file": files.pid, "exit_file": files.exit,
-              "key_file": None, "key_files": keys, "restart": RESTART,
+              "key_file": None, "key_files": keys, "restart": RESTART_ON_FAILURE,
               "fingerprint": desired.fingerprint["fingerprint"], "cwd": p.state_dir,
               "mkdirs": [], "managed_by": "background", "unit": None,
               "host": p.host, "port": p.port}
