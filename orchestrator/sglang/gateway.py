@@ -39,18 +39,8 @@ the Rust gateway of the same release's sdist (cited by its path in the sdist):
   which marks the worker Draining (no new requests) and drops it after the drain settles
   (model_gateway/src/workflow/steps/local/drain_workers.rs). Draining is still the caller's
   proof to make: the replica's own running + queued requests (SGLang's /metrics).
-- Health and failover (what a SIGKILLed replica costs): a background health checker probes
-  every worker every `--health-check-interval-secs` (default 60) and moves it to NotReady after
-  `--health-failure-threshold` (default 3) failures in a row, back to Ready after
-  `--health-success-threshold` (default 2) (router_args.py:160-167, 1840-1872;
-  crates/protocols/src/worker.rs:146-156: a NotReady worker is kept and probed again). Beside it
-  a transport failure vetoes a worker after `--worker-stall-secs` (2) without contact
-  (model_gateway/src/worker/liveness.rs:1-17; router_args.py:322, 815-824). A request that hits
-  a connect failure is retried on another worker (`--retry-max-retries` 5, backoff from 50 ms,
-  router_args.py:155-159, 1770-1804), charged once to the worker's circuit breaker, which opens
-  after `--cb-failure-threshold` failed requests (default 10) within `--cb-window-duration-secs`
-  (model_gateway/src/routers/common/attempt_ledger.rs:1-19; router_args.py:172-177, 1806-1837).
-  The `gateway` stage's defaults (SETTINGS below) are chosen from these; its docstring says why.
+- Health and failover (what a SIGKILLed replica costs): the `gateway` stage's docstring, with
+  the settings it chooses from them (SETTING_FLAGS below).
 """
 
 from __future__ import annotations

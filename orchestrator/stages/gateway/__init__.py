@@ -27,7 +27,8 @@ The settings for a killed replica (target: SIGKILL of one replica under load cos
 <= 1 failed request), from smg 1.13.0's code:
 - `health_check_interval` 1 s (default 60), `health_failure_threshold` 2 (default 3): SMG probes
   each worker every interval and moves it to NotReady after that many failures in a row
-  (wheel smg/router_args.py:160-167, 1840-1872); a killed replica refuses connections at once,
+  (wheel smg/router_args.py:160-167, 1840-1872; a NotReady worker is kept and probed again:
+  crates/protocols/src/worker.rs:146-156); a killed replica refuses connections at once,
   so it leaves routing after about 2 s instead of up to 3 minutes. 0 is refused by
   model_gateway/src/config/validation.rs:1700-1741 (a busy loop), so 1 is the floor.
 - `health_check_timeout` 3 s (default 5): a failure for a hung replica within the window; not
@@ -38,7 +39,7 @@ The settings for a killed replica (target: SIGKILL of one replica under load cos
   model_gateway/src/routers/common/attempt_ledger.rs:1-19) is replayed on another worker,
   backoff from 50 ms x1.5 (router_args.py:155-159, 1770-1804); the cap keeps a replay inside
   the window. Beside this the transport veto (`--worker-stall-secs` 2, kept) excludes a worker
-  whose connections fail (model_gateway/src/worker/liveness.rs:1-17).
+  whose connections fail (model_gateway/src/worker/liveness.rs:1-17; router_args.py:322, 815-824).
 - `cb_failure_threshold` 3 (default 10, the figure behind NVIDIA-NeMo/RL#3613's ten failures),
   `cb_window` 10 s, `cb_timeout` 5 s (default 60: an open breaker must not keep a replica that
   came back out for a minute), `cb_success_threshold` 1 (router_args.py:172-177, 1806-1837).
