@@ -1,30 +1,23 @@
 """Operator commands for the deployed services: status, logs, stop (used by the CLI).
 
-What a host runs, and where (the rule), is table-driven: `SERVICE_KINDS` has one row per kind
-of long-running service (today `sglang_server` and `gateway`), each saying which host variables
-name its state dir, its API and its keys:
+Which service runs where is one table, `SERVICE_KINDS` (a row per kind of long-running service:
+the host variables that name its state dir, API and keys; see ServiceKind):
 
-* sglang_server: every inventory host (or those `--limit` selects) whose variables give a state
-  dir: `sglang_state_dir` if set, else `{{ base_dir }}/run` (what the playbook's sglang_server
-  stage uses); `--state-dir DIR` sets it for every selected host. Hosts without one
-  (hypervisors) are left out; naming one with `--limit` is an error. URL:
-  `http://{{ sglang_host }}:{{ sglang_port }}` (defaults 127.0.0.1 and 30000).
-* gateway: hosts of the inventory group `gateway` (or with `gateway_state_dir`): state dir
-  `gateway_state_dir`, else `{{ base_dir }}/gateway`; URL
-  `http://{{ gateway_host }}:{{ gateway_port }}` (127.0.0.1:30080); status adds its members
-  (the gateway's worker list, one state per worker) through the stage's GatewayApi.
-  A gateway host's BASE_DIR/run is shown only when a server was ever started there.
-* Every API is polled ON the host through the agent, like wait_ready. API key (for
-  /server_info and chats): `--var api_key=...`, else the host variable `api_key`, else
-  $SGLANG_API_KEY; the gateway's control-plane key (for /workers): `--var
-  gateway_admin_key=...`, the host variable, or $ORCHESTRATOR_GATEWAY_ADMIN_KEY. Keys are
-  registered with the redactor, never printed.
+* sglang_server: every inventory host (or those `--limit` selects) with a state dir:
+  `sglang_state_dir`, else `{{ base_dir }}/run`, or `--state-dir DIR` for every selected host;
+  hosts without one (hypervisors) are left out, naming one with `--limit` is an error. URL
+  `http://{{ sglang_host }}:{{ sglang_port }}` (127.0.0.1:30000).
+* gateway: hosts of the group `gateway` (or with `gateway_state_dir`): `gateway_state_dir`,
+  else `{{ base_dir }}/gateway`; URL `http://{{ gateway_host }}:{{ gateway_port }}`
+  (127.0.0.1:30080); status adds its members through the stage's GatewayApi. A gateway host's
+  BASE_DIR/run is shown only once a server was started there.
+* APIs are polled ON the host through the agent, like wait_ready. The API key: `--var
+  api_key=...`, the host variable `api_key`, else $SGLANG_API_KEY; the gateway's control-plane
+  key: `--var gateway_admin_key=...`, the host variable, else $ORCHESTRATOR_GATEWAY_ADMIN_KEY.
+  Keys are registered with the redactor, never printed.
 
-Every kind runs under the same supervisor (orchestrator/remote/supervisor.py: server.pid,
-server.exit, server.log, launch.json in its state dir), so state, logs and stop read the same
-facts for all; a kind adds a row to SERVICE_KINDS and, if status shows more, a `members` hook.
-Variables are the inventory's (inventory, group and host vars, rendered) plus `--var`; no
-playbook is read.
+Every kind runs under the same supervisor (orchestrator/remote/supervisor.py), so state, logs and
+stop read the same facts. Variables are the inventory's (rendered) plus `--var`; no playbook.
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config.loader import load_inventory
@@ -87,17 +80,10 @@ class ServiceTarget:
         return ServerLayout(self.state_dir)
 
 
-Members = Callable[[ServiceTarget, Host], "list[dict[str, Any]] | None"]
-
-
 def gateway_members(target: ServiceTarget, host: Host) -> list[dict[str, Any]] | None:
     """The gateway's workers as {id, url, status, healthy} (None: /workers did not answer)."""
-    api = GatewayApi(host, target.url, api_key=target.api_key, control_key=target.control_key)
-    members = api.workers()
-    if members is None:
-        return None
-    return [{"id": m.id, "url": m.url, "status": m.status, "healthy": m.healthy}
-            for m in members]
+    members = GatewayApi(host, target.url, target.api_key, target.control_key).workers()
+    return None if members is None else [asdict(m) for m in members]
 
 
 @dataclass(frozen=True)
@@ -113,7 +99,7 @@ class ServiceKind:
     default_port: int
     control_key_var: str | None = None
     control_key_env: str | None = None
-    members: Members | None = None
+    members: Callable[[ServiceTarget, Host], list[dict[str, Any]] | None] | None = None
 
     def state_dir(self, variables: dict[str, Any]) -> str | None:
         """Its state dir on a host with these variables, or None: the host has none."""
@@ -141,29 +127,25 @@ def _secret(variables: dict[str, Any], var: str | None, env: Any, name: str | No
     return str(key) if key else None
 
 
-def _target(kind: ServiceKind, name: str, spec: HostSpec, variables: dict[str, Any],
-            sdir: str, env: Any) -> ServiceTarget:
-    raw_port = variables.get(kind.port_var) or kind.default_port
-    try:
-        port = int(raw_port)
-    except (TypeError, ValueError):
-        raise ConfigError(f"host {name}: {kind.port_var} {raw_port!r} is not a port "
-                          "number") from None
-    return ServiceTarget(
-        name=name, spec=spec, state_dir=sdir,
-        api_host=str(variables.get(kind.host_var) or DEFAULT_HOST), port=port,
-        api_key=_secret(variables, "api_key", env, "SGLANG_API_KEY"), kind=kind.kind,
-        control_key=_secret(variables, kind.control_key_var, env, kind.control_key_env))
-
-
 def _host_targets(name: str, spec: HostSpec, variables: dict[str, Any], env: Any,
                   state_dir: str | None, kinds: dict[str, ServiceKind]) -> list[ServiceTarget]:
     """The services of one host: --state-dir names the SGLang server's for every host."""
     found = []
     for kind in kinds.values():
         sdir = state_dir if state_dir and kind is SGLANG_KIND else kind.state_dir(variables)
-        if sdir:
-            found.append(_target(kind, name, spec, variables, sdir, env))
+        if not sdir:
+            continue
+        raw_port = variables.get(kind.port_var) or kind.default_port
+        try:
+            port = int(raw_port)
+        except (TypeError, ValueError):
+            raise ConfigError(f"host {name}: {kind.port_var} {raw_port!r} is not a port "
+                              "number") from None
+        found.append(ServiceTarget(
+            name=name, spec=spec, state_dir=sdir,
+            api_host=str(variables.get(kind.host_var) or DEFAULT_HOST), port=port,
+            api_key=_secret(variables, "api_key", env, "SGLANG_API_KEY"), kind=kind.kind,
+            control_key=_secret(variables, kind.control_key_var, env, kind.control_key_env)))
     if len(found) > 1 and not state_dir:
         for t in found:  # BASE_DIR/run on a gateway host: only once something ran there
             t.optional = t.kind == "sglang_server" and not variables.get("sglang_state_dir")
@@ -344,7 +326,7 @@ def host_status(target: ServiceTarget, host: Host) -> dict[str, Any]:
     if target.optional and st.pidfile is None:
         return {"host": target.label, "skip": True}
     row = status_row(target, st, LaunchRecord.read(host, target.layout))
-    hook = SERVICE_KINDS[target.kind].members if target.kind in SERVICE_KINDS else None
+    hook = getattr(SERVICE_KINDS.get(target.kind), "members", None)
     if hook is not None:
         if row["state"] == "running":
             add_members(row, hook(target, host))

@@ -1,30 +1,25 @@
 """Start SMG (the Shepherd Model Gateway) with its keys read from 0600 files, or check a launch.
 
 Runs ON the gateway host with the gateway venv's python (stdlib only here; `smg` is imported
-inside that venv). Two modes:
+inside that venv):
 
     PY STATE/gateway_launch.py run STATE/gateway.json      # the supervisor's child
     PY -c "$(source)" check '{"args": [...], ...}'          # before the old gateway is touched
 
-The launch JSON: {"args": [...] (no worker URLs, no keys), "worker_urls": [...],
-"api_key_file": PATH|null, "control_plane_key_file": PATH|null}. `run` reads each key file
-(refused unless it is a regular file of the effective uid with no group/other bits), appends
-`--worker-urls URL...`, `--api-key=KEY` and `--control-plane-api-keys=orchestrator:orchestrator:
-admin:KEY`, and calls smg's own `parse_router_args()` + `launch_router()` in this process
-(smg 1.13.0 wheel smg/launch_router.py:21-63, 74-118): no key is ever on an argv, and
+gateway.json: {"args" (no worker URLs, no keys), "worker_urls", "api_key_file",
+"control_plane_key_file"}. `run` reads each key file (`read_key`), appends the worker URLs and
+key flags (`full_args`) and calls smg's own `parse_router_args()` + `launch_router()` in this
+process (smg 1.13.0 wheel smg/launch_router.py:21-63, 74-118): no key is ever on an argv, and
 launch_router renames the process `smg::router` (launch_router.py:32).
 
-`check` does what a start does before serving, with throw-away keys in place of the real ones:
-the parser (argparse, then RouterArgs.from_cli_args: launch_router.py:117-118), then
-`_validate_router_args()` and `Router.from_args()` (launch_router.py:47, 58); with "probe": true
-it then STARTS the gateway in a forked child on a spare loopback port (and a spare metrics port,
-no workers), since the Rust RouterConfig::validate() runs only in Router.start() (smg 1.13.0
-bindings/python/src/lib.rs:1840-1850), waits for its /health (bounded by "probe_timeout") and
-kills it. The last stdout line is `ORCH_RESULT {json}`:
-
-    {"available": true, "ok": true, "version": "1.13.0"}
-    {"available": true, "ok": false, "kind": "argparse"|"ValueError"|"start"|..., "message": ...}
-    {"available": false, "kind": "ModuleNotFoundError", "message": "..."}
+`check`, with throw-away keys: the parser (argparse, then RouterArgs.from_cli_args:
+launch_router.py:117-118), `_validate_router_args()` and `Router.from_args()` (launch_router.py:
+47, 58); with "probe": true it then STARTS the gateway in a forked child on spare loopback ports
+without workers, since the Rust RouterConfig::validate() runs only in Router.start() (smg 1.13.0
+bindings/python/src/lib.rs:1840-1850), waits for /health ("probe_timeout") and kills it. The
+last stdout line is `ORCH_RESULT {json}`: {"available": true, "ok": true, "version"}, or
+{"available": true, "ok": false, "kind": "argparse"|"ValueError"|"start"|..., "message"}, or
+{"available": false, "kind": "ModuleNotFoundError", "message"}.
 """
 
 import contextlib
@@ -69,23 +64,18 @@ def read_key(path):
     return key
 
 
-def key_args(api_key, control_key):
-    """The key flags (one token each, so a key that starts with '-' stays a value)."""
-    out = []
-    if api_key:
-        out.append("--api-key=" + api_key)
-    if control_key:
-        out.append(f"--control-plane-api-keys={CONTROL_ID}:{CONTROL_ID}:admin:{control_key}")
-    return out
-
-
 def full_args(spec, api_key, control_key):
-    """args + --worker-urls + the key flags."""
+    """args + --worker-urls + the key flags (one token each: a key that starts with '-' stays a
+    value)."""
     args = list(spec.get("args") or [])
     urls = list(spec.get("worker_urls") or [])
     if urls:
         args += ["--worker-urls", *urls]
-    return args + key_args(api_key, control_key)
+    if api_key:
+        args.append("--api-key=" + api_key)
+    if control_key:
+        args.append(f"--control-plane-api-keys={CONTROL_ID}:{CONTROL_ID}:admin:{control_key}")
+    return args
 
 
 def run(spec_path):
@@ -93,9 +83,8 @@ def run(spec_path):
     with open(spec_path) as fh:
         spec = json.load(fh)
     try:
-        api_key = read_key(spec["api_key_file"]) if spec.get("api_key_file") else None
-        control = read_key(spec["control_plane_key_file"]) \
-            if spec.get("control_plane_key_file") else None
+        api_key, control = (read_key(spec[k]) if spec.get(k) else None
+                            for k in ("api_key_file", "control_plane_key_file"))
     except KeyFileError as exc:
         print(f"gateway_launch: refused: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -134,26 +123,18 @@ def spare_port():
 
 def probe_argv(argv):
     """ARGV bound to spare loopback ports, without workers: what the probe starts."""
-    out, skip = [], False
     swap = {"--host": "127.0.0.1", "--prometheus-host": "127.0.0.1",
             "--port": str(spare_port()), "--prometheus-port": str(spare_port())}
-    for i, a in enumerate(argv):
-        if skip:
-            skip = a.startswith("http://") or a.startswith("https://")
-            if skip:
-                continue
-        if a == "--worker-urls":
-            skip = True
-            continue
-        if i > 0 and argv[i - 1] in swap:
-            continue
-        out.append(a)
+    out, rest = [], iter(argv)
+    for a in rest:
+        while a == "--worker-urls":
+            a = next((x for x in rest if not x.startswith(("http://", "https://"))), None)
         if a in swap:
-            out.append(swap[a])
-    for flag, value in swap.items():
-        if flag not in argv:
-            out += [flag, value]
-    return out
+            out += [a, swap[a]]
+            next(rest, None)  # its value
+        elif a is not None:
+            out.append(a)
+    return out + [x for flag, value in swap.items() if flag not in argv for x in (flag, value)]
 
 
 def _health(port, timeout=1.0):

@@ -24,6 +24,7 @@ It also holds the two /proc readers the other host modules share (`boot_id`, `st
 must carry its own, so they live here once.
 """
 
+import contextlib
 import json
 import os
 import select
@@ -87,9 +88,7 @@ class Masker:
         buf = self.hold + chunk
         for key in self.keys:
             buf = buf.replace(key, MASK)
-        held = 0
-        for key in self.keys:
-            held = max(held, len(split_hold(buf, key)[1]))
+        held = max((len(split_hold(buf, key)[1]) for key in self.keys), default=0)
         self.hold = buf[len(buf) - held:] if held else b""
         return buf[:len(buf) - held]
 
@@ -114,14 +113,9 @@ class Paths:
 def read_keys(spec: dict) -> "list[bytes]":
     """The keys to mask: `key_file` and every one of `key_files` (unreadable ones skipped)."""
     keys = []
-    for path in [spec.get("key_file")] + list(spec.get("key_files") or []):
-        if not path:
-            continue
-        try:
-            with open(path, "rb") as fh:
-                keys.append(fh.read().strip())
-        except OSError:
-            pass
+    for path in filter(None, [spec.get("key_file"), *(spec.get("key_files") or [])]):
+        with contextlib.suppress(OSError), open(path, "rb") as fh:
+            keys.append(fh.read().strip())
     return [k for k in keys if k]
 
 
@@ -134,8 +128,7 @@ class Restart:
         self.backoff_s = float(raw.get("backoff_s", 1))
         self.backoff_max_s = float(raw.get("backoff_max_s", 30))
         self.times: list[float] = []  # monotonic times of the restarts within the window
-        self.delays: list[float] = []  # every delay waited, in order
-        self.count = 0
+        self.delays: list[float] = []  # every delay waited, in order (one per restart)
 
     @classmethod
     def of(cls, spec: dict) -> "Restart | None":
@@ -154,12 +147,6 @@ class Restart:
         """Count a restart decided at NOW that waits DELAY first."""
         self.times.append(now)
         self.delays.append(delay)
-        self.count += 1
-
-    def gave_up_reason(self) -> str:
-        """Why no further restart is made."""
-        return (f"{len(self.times)} restarts within {self.window_s:g}s "
-                f"(restart max {self.max}, window_s {self.window_s:g})")
 
 
 class Stopper:
@@ -284,7 +271,7 @@ class Supervisor:
             "starttime": starttime(proc.pid), "started_at": time.time(), "boot_id": boot_id(),
             "fingerprint": spec.get("fingerprint"), "log": self.paths.log,
             "launch": self.paths.spec, "managed_by": spec.get("managed_by"),
-            "unit": spec.get("unit"), "restarts": self.restart.count if self.restart else 0,
+            "unit": spec.get("unit"), "restarts": len(self.restart.delays) if self.restart else 0,
             "restart": spec.get("restart"),
         })
         self.stopper.proc = proc
@@ -301,7 +288,7 @@ class Supervisor:
         note = " (stop requested)" if stopped else ""
         if extra.get("restarting"):
             note += (f"; restarting in {extra['restart_in_s']:g}s (restart "
-                     f"{self.restart.count} of at most {self.restart.max} within "
+                     f"{len(self.restart.delays)} of at most {self.restart.max} within "
                      f"{self.restart.window_s:g}s)")
         elif extra.get("gave_up"):
             note += f"; gave up: {extra['reason']}"
@@ -310,33 +297,29 @@ class Supervisor:
         rec = {"pid": proc.pid, "code": code, "signal": sig, "at": time.time(),
                "stop_requested": stopped, "restarting": False, "gave_up": False}
         if self.restart is not None:
-            rec.update(restarts=self.restart.count, delays_s=list(self.restart.delays))
+            rec.update(restarts=len(self.restart.delays), delays_s=list(self.restart.delays))
         rec.update(extra)
         write_json(self.paths.exit, rec)
-
-    def run_once(self) -> "tuple[subprocess.Popen | None, int]":
-        """Start the server and wait for its end: (proc, its exit status)."""
-        proc = self.start()
-        if proc is None:
-            return None, CANNOT_START
-        pump(proc.stdout.fileno(), self.log, Masker(*read_keys(self.spec)))
-        return proc, proc.wait()
 
     def main(self) -> int:
         """Supervise until the server ends for good; the supervisor's exit status."""
         self.stopper.install()
         self.log = _open_log(self.paths, self.spec)
         while True:
-            proc, rc = self.run_once()
+            proc = self.start()
             if proc is None:
                 return CANNOT_START
+            pump(proc.stdout.fileno(), self.log, Masker(*read_keys(self.spec)))
+            rc = proc.wait()
             if rc == 0 or self.stop_requested() or self.restart is None:
                 self.record(proc, rc)
                 return 0 if rc == 0 or self.stop_requested() else 1
             now = time.monotonic()
             delay = self.restart.next_delay(now)
             if delay is None:
-                self.record(proc, rc, gave_up=True, reason=self.restart.gave_up_reason())
+                r = self.restart
+                self.record(proc, rc, gave_up=True, reason=f"{len(r.times)} restarts within "
+                            f"{r.window_s:g}s (restart max {r.max}, window_s {r.window_s:g})")
                 return GAVE_UP
             self.restart.allow(now, delay)
             self.record(proc, rc, restarting=True, restart_in_s=delay)

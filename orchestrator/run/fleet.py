@@ -1,41 +1,32 @@
-"""The fleet schedule: every deploy of a plan that holds a `gateway` stage (plain, or `--rolling`,
-now an alias), so that no deploy takes more than `--max-unavailable` replicas out of rotation.
+"""The fleet schedule: every deploy of a plan with a `gateway` stage (`--rolling` is an alias)
+takes at most `--max-unavailable` replicas out of rotation.
 
-All hosts are walked at once, as a plain deploy walks them (orchestrator.run.parallel), with a
-gate on RunState (`FleetGate`): the node runner asks `gate.leave(host)` before it applies a stage
-whose apply takes its host out of service (`Stage.disruptive`: sglang_server) on a replica behind
-the gateway (the gateway stage's `urls`: one per host of its `worker_group`). A replica whose
-server is unchanged never meets the gate and stays in. At the gate:
+All hosts are walked at once (as orchestrator.run.parallel does), with a gate on RunState
+(`FleetGate`): the node runner calls `gate.leave(host)` before a stage whose apply takes its
+host out of service (`Stage.disruptive`: sglang_server) on a replica behind the gateway (the
+gateway stage's `urls`). An unchanged replica never meets the gate. At the gate:
 
-  1. a replica already OUT of rotation (the gateway does not list it Ready; when the gateway does
-     not answer GET /workers, its own /health is not 200) goes on at once: it costs no capacity;
-  2. barrier: a serving replica waits until every replica of the plan reached its gate or ended
-     its walk, and the gateway's host ended its walk (so downloads, venvs and packages ran on all
-     replicas in parallel BEFORE any left, and the gateway stage's own membership reconcile is
-     over before the schedule changes membership; a serving replica does not leave when the
-     gateway's host failed, nor after a replica of this roll failed: the roll stops);
-  3. budget: it leaves only when (out now + 1) <= --max-unavailable, where out now counts every
-     desired worker the gateway does not list Ready (in this run or not, failed ones too) and
-     those this run took out; it waits while replicas of this run are on their way back, and is
-     refused when none is;
-  4. out: DELETE /workers/{id}; SMG marks a Ready worker Draining, which its policies no longer
-     pick, and drops it after drain_settle_secs (smg 1.13.0 model_gateway/src/workflow/steps/
-     local/drain_workers.rs:1-7, 64-85; crates/protocols/src/worker.rs:466-475, default 5 s);
-     then the drain proof: the replica's OWN running + queued requests (SGLang /metrics
-     sglang:num_running_reqs + sglang:num_queue_reqs) read 0 twice in a row; a reading that does
-     not answer is NOT drained; past the gateway stage's `drain_timeout` it is put back and fails.
+  1. a replica already OUT of rotation (not listed Ready; when GET /workers does not answer,
+     its own /health is not 200) goes on at once: it costs no capacity;
+  2. barrier: a serving replica waits until every replica reached its gate or ended its walk,
+     and the gateway's host ended its walk (prepare steps ran on all replicas in parallel, and
+     the gateway stage's own reconcile is over); it does not leave when the gateway's host
+     failed, nor after a replica of this roll failed (the roll stops);
+  3. budget: it leaves only when (out now + 1) <= --max-unavailable, out now counting every
+     desired worker not listed Ready and those this run took out; it waits while replicas of
+     this run are on their way back, and is refused when none is;
+  4. out: DELETE /workers/{id}; SMG marks a Ready worker Draining (no longer picked) and drops
+     it after drain_settle_secs (smg 1.13.0 model_gateway/src/workflow/steps/local/
+     drain_workers.rs:1-7, 64-85; crates/protocols/src/worker.rs:466-475, default 5 s); drain
+     proof: the replica's OWN sglang:num_running_reqs + sglang:num_queue_reqs read 0 twice in a
+     row (no answer is NOT drained); past `drain_timeout` it is put back and fails.
 
-The walk goes on (stop -> start -> load -> verify: sglang_server, wait_ready). When the host's
-walk ends (`FleetGate.walked`, in its thread) a replica this run took out comes back: wait until
-the gateway no longer lists its Draining entry, POST /workers, wait until it is listed Ready
-(`ready_timeout`), then the back-in proof: a chat through the gateway succeeded AND the replica's
-own finished-requests counter (sglang:num_requests_total) grew. A replica whose walk failed stays
-out (and counts against the budget). Each step is a ReplicaRoll event (removed, drained,
-redeployed, added, serving, failed) with its duration.
-
-A deploy SIGKILLed mid-roll leaves a replica out of the gateway (and maybe stopped): the next
-deploy's gateway stage re-adds it once its own /health answers (stages/gateway, membership
-reconcile), and a replica whose server must start again is out, so it goes on at once.
+After the host's walk (`FleetGate.walked`, in its thread) a replica this run took out comes
+back: unlisted, POST /workers, listed Ready within `ready_timeout`, then the back-in proof: a
+chat through the gateway succeeded AND its own sglang:num_requests_total grew. A replica whose
+walk failed stays out (and counts). Each step is a ReplicaRoll event with its duration. A deploy
+SIGKILLed mid-roll is repaired by the next: the gateway stage re-adds a replica once its /health
+answers, and one whose server must start again is out, so it goes on at once.
 """
 
 from __future__ import annotations
@@ -43,13 +34,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from orchestrator.errors import Interrupted, OrchestratorError, PlanError, StageError
 from orchestrator.events import ReplicaRoll
-from orchestrator.facts.http import HttpAnswer
 from orchestrator.host import Host
 from orchestrator.run.parallel import ParallelRun
 from orchestrator.run.state import Outcome, RunState
@@ -59,6 +49,8 @@ from orchestrator.status import Status
 
 if TYPE_CHECKING:
     from orchestrator.preconnect import Preconnect
+    from orchestrator.stages.gateway.api import GatewayApi as Api
+    from orchestrator.stages.gateway.api import Member
     from orchestrator.transports.agent_client import AgentTransport
 
 #: the stage kind whose workers are the fleet
@@ -71,30 +63,6 @@ DRAINING = "draining"
 #: Draining worker after drain_settle_secs (default 5 s, worker.rs:441-443)
 UNLIST_TIMEOUT_S = 60.0
 POLL_S = 0.2
-
-
-class Member(Protocol):
-    """One worker of GET /workers (orchestrator.sglang.gateway.Member)."""
-
-    url: str
-    status: str
-
-    @property
-    def ready(self) -> bool: ...
-
-
-class Api(Protocol):
-    """What the fleet uses of the gateway's API (orchestrator.stages.gateway.api.GatewayApi)."""
-
-    base: str
-
-    def workers(self) -> Sequence[Member] | None: ...
-    def add(self, url: str) -> None: ...
-    def remove(self, url: str) -> bool: ...
-    def chat(self, model: str | None, prompt: str = ...) -> HttpAnswer: ...
-    def worker_health(self, url: str) -> HttpAnswer: ...
-    def worker_in_flight(self, url: str) -> int | None: ...
-    def worker_requests_done(self, url: str) -> int | None: ...
 
 
 # -- the rules (pure: tests/run/test_fleet_rules.py) ------------------------------------------
@@ -157,8 +125,6 @@ def back_in(chat_ok: bool, before: int | None, now: int | None) -> bool:
     return chat_ok and before is not None and now is not None and now > before
 
 
-# -- the gate ---------------------------------------------------------------------------------
-
 class FleetGate:
     """RunState.gate of a fleet run: when a replica may leave the gateway, and its way back.
     `leave` is called by the node runner (any host thread), `walked` after each host's walk."""
@@ -171,9 +137,7 @@ class FleetGate:
         self.urls = urls
         self.max_unavailable = state.options.max_unavailable
         hosts = set(state.plan.hosts)
-        self.wait_for = {h for h in urls if h in hosts}
-        if gateway_host in hosts:
-            self.wait_for.add(gateway_host)
+        self.wait_for = {h for h in [*urls, gateway_host] if h in hosts}
         self.arrived: set[str] = set()
         self.done: set[str] = set()
         self.taken: dict[str, float] = {}  # replicas this run took out -> when
@@ -182,8 +146,6 @@ class FleetGate:
         self._api: Api | None = None
         self._transport: AgentTransport | None = None
         self._opening = threading.Lock()
-
-    # -- hooks --------------------------------------------------------------------------------
 
     def leave(self, host: str) -> None:
         """Return once HOST is out of rotation and drained (at once when it already is)."""
@@ -195,17 +157,20 @@ class FleetGate:
             if host in self.taken:
                 return  # taken out earlier in this run (a retry, a walk after a reboot)
         api, url = self.api(), self.urls[host]
-        if not self._serving(api, url):
+        if not serving(url, api.workers(), lambda: api.worker_health(url).ok):
             with self.cond:
                 self.taken[host] = time.monotonic()
             self._step(host, "removed", f"{url} was not in rotation: it goes on at once")
             return
-        self._wait_barrier(host)
+        with self.cond:
+            while not barrier_open(self.wait_for, self.arrived, self.done):
+                self._wait()
+        self._gateway_ok(f"{host} keeps serving and is not restarted")
         self._reserve(api, host)
         try:
             self._take_out(api, host, url)
-        except OrchestratorError as exc:
-            self._stop(host, exc)
+        except OrchestratorError as exc:  # it was put back (not out): the roll stops
+            self._fail(host, exc.render().splitlines()[0], out=False)
             raise
 
     def walked(self, host: str) -> None:
@@ -244,19 +209,11 @@ class FleetGate:
                                                 cancelled=st.cancelled))
             return self._api
 
-    # -- leaving ------------------------------------------------------------------------------
-
-    def _serving(self, api: Api, url: str) -> bool:
-        return serving(url, api.workers(), lambda: api.worker_health(url).ok)
-
-    def _wait_barrier(self, host: str) -> None:
-        with self.cond:
-            while not barrier_open(self.wait_for, self.arrived, self.done):
-                self._wait()
-        outcome = self.state.outcome
-        if self.gateway_host in self.wait_for and not outcome.host_ok(self.gateway_host):
-            raise StageError(f"the gateway's host {self.gateway_host} did not converge: "
-                             f"{host} keeps serving and is not restarted")
+    def _gateway_ok(self, then: str) -> None:
+        """Raise when the gateway's host (walked in this run) did not converge."""
+        g = self.gateway_host
+        if g in self.wait_for and not self.state.outcome.host_ok(g):
+            raise StageError(f"the gateway's host {g} did not converge: {then}")
 
     def _reserve(self, api: Api, host: str) -> None:
         """Wait for room under --max-unavailable; refuse when nothing will make room."""
@@ -295,27 +252,14 @@ class FleetGate:
                 return
             self._sleep(POLL_S)
         last = readings[-1] if readings else None
-        self._put_back(api, url)
+        self._until(lambda: unlisted(url, api.workers()), UNLIST_TIMEOUT_S,
+                    f"the gateway still lists {url} after its removal")
+        api.add(url)  # put back
         why = "its /metrics did not answer (no answer is not drained)" if last is None else \
             f"it still had {last} request(s) running or queued"
         raise StageError(f"{host} was not drained {timeout:.0f}s after it left the gateway: "
                          f"{why}; it was put back", hint="raise the gateway stage's "
                          "drain_timeout, or serve /metrics (--enable-metrics)")
-
-    def _put_back(self, api: Api, url: str) -> None:
-        self._until(lambda: unlisted(url, api.workers()), UNLIST_TIMEOUT_S,
-                    f"the gateway still lists {url} after its removal")
-        api.add(url)
-
-    def _stop(self, host: str, exc: OrchestratorError) -> None:
-        """A replica that did not get out stops the roll; it was put back (not out)."""
-        self._step(host, "failed", exc.render().splitlines()[0])
-        with self.cond:
-            self.taken.pop(host, None)
-            self.failed.add(host)
-            self.cond.notify_all()
-
-    # -- coming back --------------------------------------------------------------------------
 
     def _rejoin(self, api: Api, host: str, url: str) -> None:
         t = time.monotonic()
@@ -323,10 +267,7 @@ class FleetGate:
         with self.cond:  # on a first deploy the gateway itself may still be on its way
             while self.gateway_host in self.wait_for and self.gateway_host not in self.done:
                 self._wait()
-        if self.gateway_host in self.wait_for and \
-                not self.state.outcome.host_ok(self.gateway_host):
-            raise StageError(f"the gateway's host {self.gateway_host} did not converge: "
-                             f"{host} stays out of rotation")
+        self._gateway_ok(f"{host} stays out of rotation")
         self._until(lambda: not draining(url, api.workers()), UNLIST_TIMEOUT_S,
                     f"the gateway still lists {url} Draining")
         before = api.worker_requests_done(url)
@@ -354,15 +295,18 @@ class FleetGate:
             self.cond.notify_all()
         self._step(host, "serving", f"a chat through the gateway reached it ({sent} sent)", t)
 
-    def _fail(self, host: str, detail: str, since: float | None = None) -> None:
-        """HOST stays out: counted against the budget, and the roll stops."""
+    def _fail(self, host: str, detail: str, since: float | None = None, *,
+              out: bool = True) -> None:
+        """The roll stops; HOST stays out (counted against the budget) unless it was put back
+        (`out` False: no longer taken, its node's error fails it)."""
         self._step(host, "failed", detail, since)
         with self.cond:
+            if not out:
+                self.taken.pop(host, None)
             self.failed.add(host)
             self.cond.notify_all()
-        self.state.outcome.set(host, "roll", Status.FAILED)
-
-    # -- helpers ------------------------------------------------------------------------------
+        if out:
+            self.state.outcome.set(host, "roll", Status.FAILED)
 
     def _step(self, host: str, step: str, detail: str | None = None,
               since: float | None = None) -> None:
@@ -387,8 +331,6 @@ class FleetGate:
                 raise StageError(f"{what} (waited {timeout:.0f}s)")
             self._sleep(POLL_S)
 
-
-# -- the schedule -----------------------------------------------------------------------------
 
 class FleetRun:
     """Runs a plan with a gateway: every host at once, replicas through the gate."""
@@ -437,16 +379,15 @@ def schedule(state: RunState, preconnected: Preconnect | None = None) -> FleetRu
 
 
 def _refuse_ungated(state: RunState) -> None:
-    plan = state.plan
-    if state.options.dry_run or not any(s.kind == GATEWAY_KIND for s in plan.playbook.stages):
+    gateways = [s.id for s in state.plan.playbook.stages if s.kind == GATEWAY_KIND]
+    if state.options.dry_run or not gateways:
         return
     kinds = stage_kinds()
     restarts = sorted({sid for mine in state.nodes.values() for sid, node in mine.items()
                        if node.params is not None and kinds[node.kind].disruptive})
     if restarts:
-        gateway = [s.id for s in plan.playbook.stages if s.kind == GATEWAY_KIND]
         raise PlanError(
             f"the selection restarts servers ({', '.join(restarts)}) behind the gateway "
-            f"stage {gateway[0]!r} but leaves that stage out: nothing would take the "
+            f"stage {gateways[0]!r} but leaves that stage out: nothing would take the "
             "replicas out of rotation", hint="keep the gateway's host in --limit and its "
             "stage in the selection (it changes nothing when converged), or use --dry-run")

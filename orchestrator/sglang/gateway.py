@@ -39,18 +39,8 @@ the Rust gateway of the same release's sdist (cited by its path in the sdist):
   which marks the worker Draining (no new requests) and drops it after the drain settles
   (model_gateway/src/workflow/steps/local/drain_workers.rs). Draining is still the caller's
   proof to make: the replica's own running + queued requests (SGLang's /metrics).
-- Health and failover (what a SIGKILLed replica costs): a background health checker probes
-  every worker every `--health-check-interval-secs` (default 60) and moves it to NotReady after
-  `--health-failure-threshold` (default 3) failures in a row, back to Ready after
-  `--health-success-threshold` (default 2) (router_args.py:160-167, 1840-1872;
-  crates/protocols/src/worker.rs:146-156: a NotReady worker is kept and probed again). Beside it
-  a transport failure vetoes a worker after `--worker-stall-secs` (2) without contact
-  (model_gateway/src/worker/liveness.rs:1-17; router_args.py:322, 815-824). A request that hits
-  a connect failure is retried on another worker (`--retry-max-retries` 5, backoff from 50 ms,
-  router_args.py:155-159, 1770-1804), charged once to the worker's circuit breaker, which opens
-  after `--cb-failure-threshold` failed requests (default 10) within `--cb-window-duration-secs`
-  (model_gateway/src/routers/common/attempt_ledger.rs:1-19; router_args.py:172-177, 1806-1837).
-  The `gateway` stage's defaults (SETTINGS below) are chosen from these; its docstring says why.
+- Health and failover (what a SIGKILLed replica costs): the `gateway` stage's docstring, with
+  the settings it chooses from them (SETTING_FLAGS below).
 """
 
 from __future__ import annotations
@@ -88,15 +78,12 @@ SETTING_FLAGS = {
 #: GET /workers status values (crates/protocols/src/worker.rs:136-160)
 READY, DRAINING = "ready", "draining"
 
-#: SGLang's scheduler gauges (0.5.23 sglang/srt/observability/metrics_collector.py:364-375): one
-#: series per label set (tp_rank, ..., and per priority under priority scheduling: 1417-1429),
-#: so their sum is zero exactly when every series is; only that zero is relied on
-_GAUGE = re.compile(r"^sglang:(num_running_reqs|num_queue_reqs)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
-                    re.MULTILINE)
-#: the tokenizer's counter of finished requests, one series per is_streaming value (0.5.23
-#: metrics_collector.py:1940-1944, incremented once per request at :2136)
-_REQUESTS = re.compile(r"^sglang:(num_requests_total)(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$",
-                       re.MULTILINE)
+#: SGLang's scheduler gauges num_running_reqs, num_queue_reqs (0.5.23 sglang/srt/observability/
+#: metrics_collector.py:364-375): one series per label set (tp_rank, ..., and per priority under
+#: priority scheduling: 1417-1429), so their sum is zero exactly when every series is; only that
+#: zero is relied on. The tokenizer's counter num_requests_total of finished requests, one series
+#: per is_streaming value (metrics_collector.py:1940-1944, incremented once per request at :2136)
+_SERIES = r"^sglang:(?:{})(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)\s*$"
 
 
 def gateway_args(*, host: str, port: int, prometheus_port: int, policy: str,
@@ -123,19 +110,17 @@ def norm_url(url: str) -> str:
 
 def in_flight(metrics_text: str) -> int | None:
     """Running + queued requests from SGLang's /metrics text (None when it has no such gauge)."""
-    return _sum(_GAUGE, metrics_text)
+    return _sum("num_running_reqs|num_queue_reqs", metrics_text)
 
 
 def requests_done(metrics_text: str) -> int | None:
     """Requests a worker has finished, from SGLang's /metrics (None without the counter)."""
-    return _sum(_REQUESTS, metrics_text)
+    return _sum("num_requests_total", metrics_text)
 
 
-def _sum(pattern: re.Pattern[str], text: str) -> int | None:
-    found = pattern.findall(text)
-    if not found:
-        return None
-    return int(sum(float(v) for _, v in found))
+def _sum(names: str, text: str) -> int | None:
+    found = re.findall(_SERIES.format(names), text, re.MULTILINE)
+    return int(sum(float(v) for v in found)) if found else None
 
 
 @dataclass(frozen=True)

@@ -4,29 +4,22 @@ Example: playbooks/kimi-k2.6-fleet.yaml; every param is described in its Params 
 does is read from its real code (smg 1.13.0, cited in orchestrator/sglang/gateway.py); the calls
 of its API are this package's api.py, the changes change.py.
 
-check: the launch is converged when the gateway recorded in `state_dir` is alive with the same
-FINGERPRINT (smg's args - worker URLs excluded -, the venv's smg version, environment and key
-hashes) and answers /health; then its MEMBERSHIP must be too: GET /workers must list exactly
-the desired worker URLs (`worker_group`: one per inventory host, and `workers`), each Ready.
-Anything else is Needed (a dry run says would-change). Before a launch, smg's own parser and
-validation judge it (orchestrator/remote/gateway_launch.py check). The pin (fact "pin",
-GatewayPin): {smg_version, policy, extra_args, bind}.
+check: Converged when the gateway recorded in `state_dir` is alive with the same FINGERPRINT
+(smg's args without worker URLs, smg's version, env and key hashes), answers /health and GET
+/workers lists exactly the desired workers (`worker_group`: one per inventory host, and
+`workers`), each Ready. The pin (fact "pin", GatewayPin): {smg_version, policy, extra_args, bind}.
 
-apply: a launch first STARTS the new gateway on a spare loopback port (gateway_launch.py check
-with a probe: the Rust RouterConfig::validate() runs only at start) and fails the stage, leaving
-the old gateway serving, if it does not come up; then stops the old one and starts
-`GATEWAY_PY STATE/gateway_launch.py run STATE/gateway.json` under the supervisor
-(remote/supervisor.py; restart on failure, masking both keys). The keys never reach an argv:
-`api_key` (the data plane: clients send it, and SMG sends the same key to the replicas, which
-must share it) and `control_plane_key` (worker management) are written to 0600 files here and
-read by the launcher. A membership change goes through the API: POST /workers {"url",
-"api_key"} for a missing replica whose OWN /health answers 200 from the gateway's host, DELETE
-for a worker that is not desired; gateway.json's worker list is rewritten so a restarted
-gateway comes back with the desired set.
-
-verify, bounded by `ready_timeout`: reconciles again each poll (a replica still loading is added
-once it answers), and passes when /health answers, every desired worker is listed Ready and
-nothing else, and a chat completion through the gateway answers 200.
+apply: a launch is first judged by smg's own parser and validation, then PROBE-STARTED on a
+spare loopback port (the Rust RouterConfig::validate() runs only at start:
+remote/gateway_launch.py check); a refusal fails the stage and leaves the old gateway serving.
+Then the old one stops and `GATEWAY_PY STATE/gateway_launch.py run STATE/gateway.json` starts
+under the supervisor (restart on failure, both keys masked). The keys never reach an argv:
+`api_key` (clients send it, and SMG sends it to the replicas, which must share it) and
+`control_plane_key` (worker management) are 0600 files read by the launcher. Membership goes
+through the API: POST /workers {"url", "api_key"} for a missing replica whose OWN /health
+answers 200 from the gateway's host, DELETE for one not desired; gateway.json's worker list is
+rewritten so a restarted gateway comes back with the desired set. verify (bounded by
+`ready_timeout`) reconciles each poll until the members are Ready and a chat answers 200.
 
 Binding: 127.0.0.1 by default; a non-loopback `host` is refused unless both keys are set.
 
@@ -34,7 +27,8 @@ The settings for a killed replica (target: SIGKILL of one replica under load cos
 <= 1 failed request), from smg 1.13.0's code:
 - `health_check_interval` 1 s (default 60), `health_failure_threshold` 2 (default 3): SMG probes
   each worker every interval and moves it to NotReady after that many failures in a row
-  (wheel smg/router_args.py:160-167, 1840-1872); a killed replica refuses connections at once,
+  (wheel smg/router_args.py:160-167, 1840-1872; a NotReady worker is kept and probed again:
+  crates/protocols/src/worker.rs:146-156); a killed replica refuses connections at once,
   so it leaves routing after about 2 s instead of up to 3 minutes. 0 is refused by
   model_gateway/src/config/validation.rs:1700-1741 (a busy loop), so 1 is the floor.
 - `health_check_timeout` 3 s (default 5): a failure for a hung replica within the window; not
@@ -45,7 +39,7 @@ The settings for a killed replica (target: SIGKILL of one replica under load cos
   model_gateway/src/routers/common/attempt_ledger.rs:1-19) is replayed on another worker,
   backoff from 50 ms x1.5 (router_args.py:155-159, 1770-1804); the cap keeps a replay inside
   the window. Beside this the transport veto (`--worker-stall-secs` 2, kept) excludes a worker
-  whose connections fail (model_gateway/src/worker/liveness.rs:1-17).
+  whose connections fail (model_gateway/src/worker/liveness.rs:1-17; router_args.py:322, 815-824).
 - `cb_failure_threshold` 3 (default 10, the figure behind NVIDIA-NeMo/RL#3613's ten failures),
   `cb_window` 10 s, `cb_timeout` 5 s (default 60: an open breaker must not keep a replica that
   came back out for a minute), `cb_success_threshold` 1 (router_args.py:172-177, 1806-1837).
@@ -188,6 +182,10 @@ def worker_urls(p: GatewayParams, groups: dict[str, list[str]],
     return out
 
 
+def _digest(text: str | None) -> str | None:
+    return hashlib.sha256(text.encode()).hexdigest()[:16] if text else None
+
+
 @dataclass(frozen=True)
 class _Plan:
     kind: str  # "launch" or "members"
@@ -217,15 +215,11 @@ class GatewayStage(Stage, kind="gateway"):
                                prometheus_port=p.prometheus_port or p.port + 1,
                                settings=p.settings(), extra_args=p.extra_args)
         venv = venv_of(p.python)
-        version = None
-        if venv is not None:
-            inv = host.fact(VenvInventory, path=venv, names=[gw.PACKAGE])
-            version = (inv.versions or {}).get(gw.PACKAGE)
-        parts = {"python": p.python, "args": args, "smg": version,
-                 "keys": {"api_key": change.key_hash(p.api_key),
-                          "control_plane_key": change.key_hash(p.control_plane_key)},
-                 "env": {k: hashlib.sha256(f"{k}={v}".encode()).hexdigest()[:16]
-                         for k, v in sorted(p.env.items())}}
+        inv = host.fact(VenvInventory, path=venv, names=[gw.PACKAGE]) if venv is not None else None
+        version = (inv.versions or {}).get(gw.PACKAGE) if inv is not None else None
+        parts = {"python": p.python, "args": args, "smg": version,  # hashes: no key written
+                 "keys": {k: _digest(getattr(p, k)) for k in ("api_key", "control_plane_key")},
+                 "env": {k: _digest(f"{k}={v}") for k, v in sorted(p.env.items())}}
         digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
         return Desired(args, self.urls(ctx), {"fingerprint": digest, "parts": parts}, version)
 

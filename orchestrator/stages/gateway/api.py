@@ -6,6 +6,7 @@ replicas' own routes the api key, both as `Authorization: Bearer`."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,6 @@ from orchestrator.facts.http import HttpAnswer
 from orchestrator.host import Host
 from orchestrator.sglang.api import chat_body
 from orchestrator.sglang.gateway import Member, in_flight, norm_url, parse_workers, requests_done
-
-
-def _bearer(key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,9 @@ class GatewayApi:
 
     def _call(self, url: str, method: str = "GET", key: str | None = None,
               body: dict[str, Any] | None = None, timeout: float | None = None) -> HttpAnswer:
-        headers = {"Accept": "application/json", **_bearer(key)}
+        headers = {"Accept": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         if body is not None:
             headers["Content-Type"] = "application/json"
         return self.host.fact(HttpAnswer, url=url, method=method, headers=headers,
@@ -83,15 +82,14 @@ class GatewayApi:
         """A replica's OWN /health, asked from the gateway's host (its readiness to be added)."""
         return self._call(norm_url(url) + "/health", key=self.api_key, timeout=5.0)
 
-    def _metrics(self, url: str) -> HttpAnswer:
-        return self._call(norm_url(url) + "/metrics", key=self.api_key, timeout=5.0)
-
     def worker_in_flight(self, url: str) -> int | None:
         """A worker's running + queued requests, read from its own /metrics."""
-        r = self._metrics(url)
-        return in_flight(r.body) if r.ok else None
+        return self._metric(url, in_flight)
 
     def worker_requests_done(self, url: str) -> int | None:
         """How many requests a worker has finished, read from its own /metrics."""
-        r = self._metrics(url)
-        return requests_done(r.body) if r.ok else None
+        return self._metric(url, requests_done)
+
+    def _metric(self, url: str, read: Callable[[str], int | None]) -> int | None:
+        r = self._call(norm_url(url) + "/metrics", key=self.api_key, timeout=5.0)
+        return read(r.body) if r.ok else None

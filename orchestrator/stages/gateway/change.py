@@ -4,7 +4,6 @@ the start; and the membership reconciliation through the gateway's API."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -14,43 +13,29 @@ from orchestrator.facts.programs import marked_result
 from orchestrator.host import Host
 from orchestrator.remote import source
 from orchestrator.sglang.gateway import DRAINING, membership
+from orchestrator.sglang.launch import RESTART_ON_FAILURE
 from orchestrator.stages.gateway.api import GatewayApi
 from orchestrator.stages.sglang_server.layout import ServerLayout
 
 #: the launcher shipped to the host (the supervisor runs it; the check runs its text with -c)
 LAUNCHER = "gateway_launch"
-#: what a supervisor does when the gateway exits unasked (remote/supervisor.py, branch i25-sup)
-RESTART = {"max": 5, "window_s": 300, "backoff_s": 1, "backoff_max_s": 30}
 
 
-@dataclass(frozen=True)
-class GatewayFiles:
-    """The gateway's files in its state dir, besides ServerLayout's (pid, log, launch.json)."""
-
-    state_dir: str
-
-    def path(self, name: str) -> str:
-        """STATE_DIR/name."""
-        return f"{self.state_dir.rstrip('/')}/{name}"
+class GatewayFiles(ServerLayout):
+    """The gateway's files in its state dir besides ServerLayout's (pid, log, launch.json, the
+    data-plane key `api_key`): gateway.json (args, worker URLs, key file paths: read by
+    gateway_launch.py run), the launcher (the supervisor's child), the control-plane key."""
 
     @property
     def spec(self) -> str:
-        """gateway.json: args, worker URLs, key file paths (read by gateway_launch.py run)."""
         return self.path("gateway.json")
 
     @property
     def launcher(self) -> str:
-        """gateway_launch.py, the supervisor's child."""
         return self.path(f"{LAUNCHER}.py")
 
     @property
-    def api_key(self) -> str:
-        """The data-plane key (0600)."""
-        return ServerLayout(self.state_dir).api_key
-
-    @property
     def control_key(self) -> str:
-        """The control-plane key (0600)."""
         return self.path("control_plane_key")
 
 
@@ -63,11 +48,6 @@ class Desired:
     urls: dict[str, str]
     fingerprint: dict[str, Any]
     version: str | None
-
-
-def key_hash(key: str | None) -> str | None:
-    """A short hash of a key for the fingerprint (the key itself is never written there)."""
-    return hashlib.sha256(key.encode()).hexdigest()[:16] if key else None
 
 
 def native_check(host: Host, p: Any, desired: Desired, *, probe: bool) -> None:
@@ -116,7 +96,7 @@ def _write_key(host: Host, path: str, key: str | None) -> str | None:
 def write_launch(host: Host, p: Any, desired: Desired) -> None:
     """Keys (0600), gateway.json, the launcher, launch.json (the supervisor's) and the
     fingerprint."""
-    files, layout = GatewayFiles(p.state_dir), ServerLayout(p.state_dir)
+    files = GatewayFiles(p.state_dir)
     host.run_argv(["mkdir", "-p", p.state_dir], check=True, timeout=30, what="mkdir")
     host.run_argv(["chmod", "700", p.state_dir], check=True, timeout=30, what="chmod")
     keys = [k for k in (_write_key(host, files.api_key, p.api_key),
@@ -124,13 +104,13 @@ def write_launch(host: Host, p: Any, desired: Desired) -> None:
     write_spec(host, p, desired)
     host.write_file(files.launcher, source(LAUNCHER), mode=0o644)
     launch = {"argv": [p.python, files.launcher, "run", files.spec], "env": dict(p.env),
-              "log": layout.log, "pid_file": layout.pid, "exit_file": layout.exit,
-              "key_file": None, "key_files": keys, "restart": RESTART,
+              "log": files.log, "pid_file": files.pid, "exit_file": files.exit,
+              "key_file": None, "key_files": keys, "restart": RESTART_ON_FAILURE,
               "fingerprint": desired.fingerprint["fingerprint"], "cwd": p.state_dir,
               "mkdirs": [], "managed_by": "background", "unit": None,
               "host": p.host, "port": p.port}
-    host.write_file(layout.launch, json.dumps(launch, indent=1) + "\n", mode=0o600)
-    host.write_file(layout.fingerprint, json.dumps(desired.fingerprint, indent=1) + "\n",
+    host.write_file(files.launch, json.dumps(launch, indent=1) + "\n", mode=0o600)
+    host.write_file(files.fingerprint, json.dumps(desired.fingerprint, indent=1) + "\n",
                     mode=0o600)
 
 
