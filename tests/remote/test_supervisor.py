@@ -180,6 +180,7 @@ def test_a_killed_server_comes_back_with_a_new_pid_and_a_stop_does_not_restart(
     reap(sup)
     first = _until(lambda: _json(sd / "server.pid"))
     assert first["restarts"] == 0 and first["restart"] == FAST
+    _until(lambda: (sd / "server.log").read_text().count("up\n") == 1)  # printed before the kill
     os.kill(first["pid"], signal.SIGKILL)
     second = _until(lambda: (_json(sd / "server.pid") or {}).get("restarts") == 1
                     and _json(sd / "server.pid"))
