@@ -7,14 +7,25 @@ JSON Schema). The loader (`orchestrator.config.loader`) turns YAML into these, a
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 # parse_duration lives in config.durations (stdlib only); importable from here as before
 from orchestrator.config.durations import parse_duration as parse_duration
 from orchestrator.errors import Location
 from orchestrator.selection import members
+
+#: a float of seconds written as 30, 30s, 5m or 1h (a stage param's type)
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 class _Strict(BaseModel):

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from orchestrator.config.model import HypervisorSpec, parse_duration
+from orchestrator.config.model import Duration, HypervisorSpec
 from orchestrator.facts.hardware import (
     DirUsage,
     DiskFree,
@@ -67,13 +67,8 @@ class HostHealthParams(Params):
         False, description="processes holding GPU memory are reported but do not fail")
     fix_uvm: bool = Field(
         True, description="repair the nvidia-uvm cgroup rule through the host's hypervisor")
-    restart_wait: float = Field(
+    restart_wait: Duration = Field(
         300.0, description="how long to wait for SSH after the container restart (30s, 5m)")
-
-    @field_validator("restart_wait", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> float:
-        return parse_duration(v)
 
     @field_validator("min_driver", mode="before")
     @classmethod

@@ -60,7 +60,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from orchestrator.config.model import parse_duration
+from orchestrator.config.model import Duration
 from orchestrator.errors import StageError
 from orchestrator.facts.pyenv import VenvInventory, venv_of
 from orchestrator.facts.server import ServerStatus
@@ -106,20 +106,14 @@ class GatewayParams(Params):
     env: dict[str, str] = Field(default_factory=dict)
     state_dir: str = Field(description="pid file, log, fingerprint, keys, launch files")
     chat_model: str | None = Field(None, description="model of the readiness chat completion")
-    ready_timeout: float = Field(300.0, description="how long verify waits for the workers")
-    probe_timeout: float = Field(60.0, description="the probe start's wait for /health")
-    poll_interval: float = 0.5
-    stop_timeout: float = Field(30.0, description="SIGTERM grace before SIGKILL")
-    drain_timeout: float = Field(300.0, description="longest wait for a replica's in-flight "
+    ready_timeout: Duration = Field(300.0, description="how long verify waits for the workers")
+    probe_timeout: Duration = Field(60.0, description="the probe start's wait for /health")
+    poll_interval: Duration = 0.5
+    stop_timeout: Duration = Field(30.0, description="SIGTERM grace before SIGKILL")
+    drain_timeout: Duration = Field(300.0, description="longest wait for a replica's in-flight "
                                  "requests after it left the gateway")
     #: sglang_server's change helpers read this (the gateway never takes a foreign port over)
     stop_stale: bool = False
-
-    @field_validator("ready_timeout", "poll_interval", "stop_timeout", "drain_timeout",
-                     "probe_timeout", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> float:
-        return parse_duration(v)
 
     @field_validator("extra_args", mode="before")
     @classmethod

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from orchestrator.config.model import parse_duration
+from orchestrator.config.model import Duration
 from orchestrator.errors import PreflightError, StageError
 from orchestrator.facts.hardware import GpuHealth
 from orchestrator.facts.server import ServerStatus, SystemdInfo
@@ -122,7 +122,7 @@ class SGLangServerParams(Params):
                                 description="port of node 0's torch.distributed store")
     dist_timeout: int | None = Field(None, ge=1, description="--dist-timeout seconds (SGLang: "
                                      "torch's 30 minutes when unset)")
-    dist_init_wait: float = Field(300.0, description="how long a node rank >= 1 waits for node "
+    dist_init_wait: Duration = Field(300.0, description="how long a node rank >= 1 waits for node "
                                   "0's dist-init address to answer (its box may be rebooting) "
                                   "before the launch is refused")
     env: dict[str, str] = Field(default_factory=dict, description="server environment, e.g. "
@@ -142,18 +142,12 @@ class SGLangServerParams(Params):
     preflight: Literal["enforce", "warn", "off"] = "enforce"
     native_check: bool = Field(True, description="run SGLang's own argument validation in the "
                                "venv before launching (where SGLang and torch import)")
-    check_timeout: float = Field(120.0, description="limit for SGLang's own validation")
-    stop_timeout: float = Field(60.0, description="SIGTERM grace before SIGKILL")
-    verify_window: float = Field(5.0, description="how long verify watches the new process")
-    restart_unhealthy_after: float = Field(
+    check_timeout: Duration = Field(120.0, description="limit for SGLang's own validation")
+    stop_timeout: Duration = Field(60.0, description="SIGTERM grace before SIGKILL")
+    verify_window: Duration = Field(5.0, description="how long verify watches the new process")
+    restart_unhealthy_after: Duration = Field(
         3600.0, description="a same-fingerprint server still not healthy this long after its "
         "start is restarted")
-
-    @field_validator("check_timeout", "stop_timeout", "verify_window", "restart_unhealthy_after",
-                     "dist_init_wait", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> float:
-        return parse_duration(v)
 
     @field_validator("env", mode="before")
     @classmethod

@@ -29,9 +29,9 @@ import json
 import time
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from orchestrator.config.model import parse_duration
+from orchestrator.config.model import Duration
 from orchestrator.errors import StageError
 from orchestrator.facts.logs import LogTail
 from orchestrator.facts.server import ServerStatus
@@ -51,8 +51,8 @@ class WaitReadyParams(Params):
 
     url: str = Field(description="base URL of the server as seen on the host")
     api_key: str | None = Field(None, description="SECRET: sent as Authorization: Bearer")
-    timeout: float = Field(1800.0, description="give up after this long (default 30m)")
-    poll_interval: float = Field(2.0, description="seconds between polls")
+    timeout: Duration = Field(1800.0, description="give up after this long (default 30m)")
+    poll_interval: Duration = Field(2.0, description="seconds between polls")
     state_dir: str | None = Field(None, description="sglang_server's state_dir (pid + log)")
     expect_architectures: list[str] = Field(default_factory=list)
     chat_model: str | None = Field(None, description="model name for the chat request; "
@@ -62,15 +62,10 @@ class WaitReadyParams(Params):
                                  "accept length is measured (where the release reports it)")
     smoke_prompt: str = "In one short sentence: what is the capital of France?"
     smoke_max_tokens: int = Field(32, ge=1)
-    request_timeout: float = Field(120.0, description="limit for one chat request")
+    request_timeout: Duration = Field(120.0, description="limit for one chat request")
     follower: bool = Field(False, description="a node rank >= 1 of a multi-node server: only "
                            "its dummy /health (always 200 once its schedulers run) is waited "
                            "for; the API is proven on node 0")
-
-    @field_validator("timeout", "poll_interval", "request_timeout", mode="before")
-    @classmethod
-    def _dur(cls, v: Any) -> float:
-        return parse_duration(v)
 
 
 class WaitReady(Stage, kind="wait_ready"):
