@@ -18,8 +18,9 @@ the Rust gateway of the same release's sdist (cited by its path in the sdist):
   508-523); `--worker-urls URL...` (router_args.py:524); `--policy` choices (router_args.py:27-37,
   571-574). A metrics listener ALWAYS runs: `--prometheus-port` (default 29000) on
   `--prometheus-host` (default: the unspecified address of --host's family, so 0.0.0.0)
-  (router_args.py:1532-1545; bindings/python/src/lib.rs:657-663, 1869-1873): we bind it to the
-  gateway's own host.
+  (router_args.py:1532-1545; bindings/python/src/lib.rs:657-663, 1869-1873). It takes no key
+  (model_gateway/src/observability/metrics_server.rs:18-53), so we bind it to loopback always,
+  whatever --host is.
 - Keys: `--api-key K` guards the serving routes (Authorization: Bearer K) AND is the key the
   gateway sends to workers given by --worker-urls (model_gateway/src/workflow/job_queue.rs:557);
   a worker added by `POST /workers` carries its own `"api_key"` in the body
@@ -90,7 +91,8 @@ def gateway_args(*, host: str, port: int, prometheus_port: int, policy: str,
                  settings: dict[str, int], extra_args: Iterable[str] = ()) -> list[str]:
     """`smg launch` arguments WITHOUT the worker URLs and the keys (remote/gateway_launch.py
     appends those: the URLs from the launch JSON, the keys from their 0600 files)."""
-    args = ["--host", host, "--port", str(port), "--prometheus-host", host,
+    metrics_host = "::1" if ":" in host else "127.0.0.1"  # no key on it: never exposed
+    args = ["--host", host, "--port", str(port), "--prometheus-host", metrics_host,
             "--prometheus-port", str(prometheus_port), "--policy", policy]
     for name, flag in SETTING_FLAGS.items():
         if name in settings:

@@ -27,6 +27,10 @@ def test_launch_arguments() -> None:
                     "--health-check-interval-secs", "1", "--cb-timeout-duration-secs", "5",
                     "--log-level", "info"]
     assert gw.control_plane_entry("s:e:c") == "orchestrator:orchestrator:admin:s:e:c"
+    # the metrics listener takes no key: loopback whatever the gateway binds
+    for host, metrics in (("0.0.0.0", "127.0.0.1"), ("10.1.2.3", "127.0.0.1"), ("::", "::1")):
+        out = gw.gateway_args(host=host, port=1, prometheus_port=2, policy="random", settings={})
+        assert out[out.index("--prometheus-host") + 1] == metrics
 
 
 def test_in_flight_from_sglang_metrics() -> None:
