@@ -217,9 +217,12 @@ class ConsoleView(EventHandler):
         elif record.get("level") in ("warning", "error", "critical"):
             skip = {"event", "run_id", "ts", "host", "stage", "attempt", "level"}
             extra = " ".join(f"{k}={v}" for k, v in record.items() if k not in skip)
+            if "message" in record:  # StageContext.warn: the sentence says it all
+                kind, extra = "", str(record["message"])
             stage = record.get("stage")
             where = f"[{host}] {stage}: " if stage else (f"[{host}] " if host else "")
-            self._print(f"{where}{record['level']}: {kind} {extra}".rstrip(), style="yellow")
+            self._print(f"{where}{record['level']}: {kind} {extra}".replace(":  ", ": ").rstrip(),
+                        style="yellow")
 
     def _say(self, host: str, text: str, style: str | None = None) -> None:
         """A line about HOST (which gets a row in the live view)."""

@@ -146,6 +146,7 @@ def _add_deploy_and_plan(sub: Any) -> None:
 _FAMILIES = {
     "orchestrator.cli.service_cmds": ("status", "logs", "stop"),
     "orchestrator.cli.bench_cmds": ("bench", "report", "tune"),
+    "orchestrator.cli.pin_cmd": ("pin",),
 }
 
 

@@ -122,6 +122,16 @@ def _layers(
     return layers
 
 
+def raw_variable(playbook: Playbook, inventory: Inventory, host_name: str, name: str) -> Any:
+    """The value of variable NAME for one host as written (templates not rendered), from the
+    highest layer that sets it, --var aside; None when none does."""
+    value = None
+    for values, _owner in _layers(playbook, inventory, inventory.hosts[host_name], {}):
+        if name in values:
+            value = values[name]
+    return value
+
+
 def _references(value: Any) -> set[str]:
     """Variable names read by the templates inside a value."""
     found: set[str] = set()

@@ -100,6 +100,16 @@ class StageContext:
         """Put a fact into the run record for this (host, stage)."""
         self.facts[key] = value
 
+    def warn(self, event: str, message: str, **fields: object) -> None:
+        """A warning the operator must see: logged once (the console shows it) and kept in the
+        run record as the stage's fact "warnings" (summary.json, `--json`); the same message
+        given twice (check, then apply) is one warning."""
+        warnings = self.facts.setdefault("warnings", [])
+        if not isinstance(warnings, list) or message in warnings:
+            return
+        warnings.append(message)
+        self.log.warning(event, message=message, **fields)
+
     def sleep(self, seconds: float) -> None:
         """Wait between polls; raise Interrupted at once when the run is cancelled (Ctrl-C)."""
         if self.cancelled.wait(max(0.0, seconds)):

@@ -278,6 +278,8 @@ _nvml = _flag("nvml-absent", "nvml_absent")
 _drv_gone = _flag("driver-gone", "loaded", "driver")
 _hub_flaky = _hub("hub-flaky")
 _hub_gated = _hub("hub-gated")
+_hub_down = _hub("hub-down")
+_hub_unreachable = _hub("hub-unreachable")
 
 FAULTS: dict[str, Fault] = {f.name: f for f in [
     Fault("reboot", "power-cycle the box: SSH down for --down-seconds, every process killed, "
@@ -313,6 +315,10 @@ FAULTS: dict[str, Fault] = {f.name: f for f in [
           {}, *_hub_flaky),
     Fault("hub-gated", "the model hub answers 401 GatedRepo without the right token",
           {}, *_hub_gated),
+    Fault("hub-down", "the model hub answers 503 on every route (an outage behind its CDN)",
+          {}, *_hub_down),
+    Fault("hub-unreachable", "the model hub's port refuses connections (down, or unreachable "
+          "from the box)", {}, *_hub_unreachable),
 ]}
 
 

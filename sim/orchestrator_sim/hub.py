@@ -28,6 +28,13 @@ writing the fault file with :func:`write_faults` (re-read whenever its stat sign
 
 * ``hub-gated``: every repo route answers 401 ``X-Error-Code: GatedRepo`` (client:
   ``GatedRepoError``) unless the request carries the right bearer token.
+* ``hub-down``: every route answers 503 with the HTML page of the CDN in front of the hub, as
+  during an outage (the client raises ``HfHubHTTPError`` 503: huggingface_hub 2.4.0
+  utils/_http.py:826 hf_raise_for_status falls through to the generic HTTP error).
+* ``hub-unreachable``: the hub's listening socket is closed while the fault is on, so every
+  connection is refused (the client raises ``httpx.ConnectError``, as for a host that is down
+  or a name that does not resolve). Switched in the hub's own process (``set_fault``; the
+  simulator's daemon owns the hub), not through the fault file.
 * ``hub-flaky``: deterministic mid-body drop. The FIRST GET of each LFS file (keyed by repo,
   commit and path) after the fault is switched on sends the headers, with the full
   ``Content-Length``, then exactly half of the body bytes it promised, then closes the socket.
@@ -72,7 +79,9 @@ log = logging.getLogger(__name__)
 
 HUB_FLAKY = "hub-flaky"
 HUB_GATED = "hub-gated"
-HUB_FAULTS = (HUB_FLAKY, HUB_GATED)
+HUB_DOWN = "hub-down"
+HUB_UNREACHABLE = "hub-unreachable"
+HUB_FAULTS = (HUB_FLAKY, HUB_GATED, HUB_DOWN, HUB_UNREACHABLE)
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -305,6 +314,7 @@ class ModelHub:
         if self._server is not None:
             raise RuntimeError("ModelHub already started")
         self._server = _Server((host, port), self)
+        self._addr = self._server.server_address[:2]
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -318,9 +328,10 @@ class ModelHub:
     @property
     def url(self) -> str:
         """Base URL of the running hub, e.g. ``http://127.0.0.1:40123`` (use as HF_ENDPOINT)."""
-        if self._server is None:
+        addr = getattr(self, "_addr", None)
+        if addr is None:
             raise RuntimeError("ModelHub is not started: call start() first")
-        host, port = self._server.server_address[:2]
+        host, port = addr
         return f"http://{host}:{port}"
 
     def stop(self) -> None:
@@ -341,6 +352,15 @@ class ModelHub:
             self._thread.join(timeout=5)
             self._thread = None
 
+    def _listen(self, on: bool) -> None:
+        """Open (again, on the same address) or close the listening socket: hub-unreachable."""
+        addr = getattr(self, "_addr", None)
+        if on and self._server is None and addr is not None:
+            self.start(*addr)
+        elif not on and self._server is not None:
+            self.stop()
+            self._addr = addr  # the URL stays what clients were given
+
     def __enter__(self) -> ModelHub:
         if self._server is None:
             self.start()
@@ -355,6 +375,8 @@ class ModelHub:
         """Switch a fault on or off (through the fault file when there is one)."""
         if name not in HUB_FAULTS:
             raise ValueError(f"unknown hub fault {name!r}; known: {', '.join(HUB_FAULTS)}")
+        if name == HUB_UNREACHABLE:
+            self._listen(not enabled)
         if self.fault_file is None:
             with self._fault_lock:
                 new = dict(self._faults)
@@ -475,6 +497,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._cut = False
         self._status = 500
         self.hub._refresh_faults()
+        if self.hub._fault(HUB_DOWN):
+            self._send_down(head)
+            return
         split = urlsplit(self.path)
         segments = split.path.split("/")[1:]
         query = parse_qs(split.query)
@@ -543,6 +568,18 @@ class _Handler(BaseHTTPRequestHandler):
         if err.commit:
             extra["X-Repo-Commit"] = err.commit
         self._send_json({"error": err.message}, head=head, status=err.status, extra=extra)
+
+    def _send_down(self, head: bool) -> None:
+        """hub-down: 503 and an HTML body, as the CDN in front of the hub answers in an outage."""
+        body = b"<html><body><h1>503 Service Temporarily Unavailable</h1></body></html>"
+        self._start(503, {"Content-Type": "text/html", "Content-Length": str(len(body))})
+        if not head:
+            self.wfile.write(body)
+            self._sent = len(body)
+        self.hub._record(RequestRecord(method=self.command, path=self.path, status=503,
+                                       bytes_sent=self._sent, range=self.headers.get("Range"),
+                                       authorized=self.headers.get("Authorization") is not None,
+                                       cut=False))
 
     def _base_url(self) -> str:
         host = self.headers.get("Host")
@@ -783,7 +820,9 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = [
     "HUB_FAULTS",
     "HUB_FLAKY",
+    "HUB_DOWN",
     "HUB_GATED",
+    "HUB_UNREACHABLE",
     "HubFile",
     "ModelHub",
     "RequestRecord",

@@ -464,14 +464,14 @@ def test_fault_file_written_by_another_process_takes_effect(hub, tmp_path):
     resp, _ = raw(hub, "GET", info)
     assert resp.status == 401 and resp.getheader("X-Error-Code") == "GatedRepo"
     assert raw(hub, "GET", info, {"Authorization": f"Bearer {TOKEN}"})[0].status == 200
-    assert hub.faults() == {HUB_FLAKY: False, HUB_GATED: True}
+    assert {k for k, on in hub.faults().items() if on} == {HUB_GATED}
 
     hub.set_fault(HUB_FLAKY, True)  # read-modify-write keeps the other process's keys
     assert read_faults(hub.fault_file) == {HUB_GATED: True, HUB_FLAKY: True, "gpu-xid-79": True}
 
     toggle({HUB_GATED: False})
     assert raw(hub, "GET", info)[0].status == 200
-    assert hub.faults() == {HUB_FLAKY: False, HUB_GATED: False}
+    assert not any(hub.faults().values())
 
 
 def test_in_memory_faults_and_write_faults_roundtrip(hub_data, tmp_path):

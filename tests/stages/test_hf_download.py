@@ -15,7 +15,13 @@ from structlog.testing import capture_logs
 from orchestrator.errors import StageError
 from orchestrator.stages.base import Converged, Needed
 from orchestrator.stages.hf_download import MANIFEST, HfDownloadStage
-from orchestrator_sim.hub import HUB_FLAKY, HUB_GATED, ModelHub
+from orchestrator_sim.hub import (
+    HUB_DOWN,
+    HUB_FLAKY,
+    HUB_GATED,
+    HUB_UNREACHABLE,
+    ModelHub,
+)
 from orchestrator_sim.hubrepos import EAGLE3_OLD_BRANCH, EAGLE3_REPO, list_refs, seed_repos
 
 TOKEN = "hf_canaryTOKEN_7f3a9c2e1b"
@@ -109,7 +115,8 @@ def test_branch_revision_warns_and_follows_the_branch(hub, hub_data, tmp_path, l
     with capture_logs() as logs:
         assert converge(stage, local_host, ctx)[0] == "changed"
     warnings = [e for e in logs if e["event"] == "hf_download.unpinned_revision"]
-    assert warnings and warnings[0]["log_level"] == "warning"
+    assert len(warnings) == 1 and warnings[0]["log_level"] == "warning"  # once per stage run
+    assert ctx.facts["warnings"] == [warnings[0]["message"]]
     assert warnings[0]["commit"] == refs[EAGLE3_OLD_BRANCH]
     assert ctx.facts["revision_pinned"] is False and ctx.facts["commit"] == refs[
         EAGLE3_OLD_BRANCH]
@@ -358,3 +365,45 @@ def test_truncated_and_deleted_files_are_named_and_fetched_again(hub, hub_data, 
     assert converge(stage, local_host, stage_ctx())[0] == "changed"
     assert local_files(local) == expected
     assert isinstance(stage.check(local_host, stage_ctx()), Converged)
+
+
+OUTAGES = {HUB_GATED: "refused the request (HTTP 401: no token was given)",
+           HUB_DOWN: "the hub is failing (HTTP 503)",
+           HUB_UNREACHABLE: "the hub cannot be reached (connection refused)"}
+
+
+@pytest.mark.parametrize("fault", list(OUTAGES))
+def test_a_verified_download_survives_a_hub_outage_with_one_warning(
+        fault, hub, hub_data, tmp_path, local_host, stage_ctx, converge) -> None:
+    _, heads = hub_data
+    stage = make(hub, tmp_path, revision="main")
+    assert converge(stage, local_host, stage_ctx("drafter"))[0] == "changed"
+    hub.set_fault(fault, True)
+    try:
+        ctx = stage_ctx("drafter")
+        with capture_logs() as logs:
+            status, reason = converge(stage, local_host, ctx)
+        assert status == "ok", reason
+        [warning] = ctx.facts["warnings"]
+        assert OUTAGES[fault] in warning and heads[EAGLE3_REPO][:12] in warning
+        assert "orchestrator pin" in warning
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+            "hf_download.hub_unavailable"]
+        # a fresh folder has nothing to fall back on: the hub's failure, and what to do
+        fresh = make(hub, tmp_path, revision="main", local_dir=str(tmp_path / "fresh"))
+        with pytest.raises(StageError) as err:
+            converge(fresh, local_host, stage_ctx("drafter"))
+        assert err.value.hint and "HF_TOKEN" in err.value.hint if fault == HUB_GATED else \
+            "verified on this host yet" in (err.value.hint or "")
+    finally:
+        hub.set_fault(fault, False)
+    assert converge(stage, local_host, stage_ctx("drafter"))[0] == "ok"
+
+
+def test_a_hub_that_answers_no_such_revision_is_not_an_outage(
+        hub, tmp_path, local_host, stage_ctx, converge) -> None:
+    assert converge(make(hub, tmp_path, revision="main"), local_host, stage_ctx())[0] == \
+        "changed"
+    gone = make(hub, tmp_path, revision="no-such-branch")
+    with pytest.raises(StageError, match="revision 'no-such-branch' does not exist"):
+        gone.check(local_host, stage_ctx())

@@ -67,8 +67,10 @@ from orchestrator.stages.hf_download.rules import (
     download_error,
     file_state,
     hub_env,
+    hub_outage,
     human_bytes,
     manifest_record,
+    offline_warning,
     pin_commit,
     pin_contents,
     progress_text,
@@ -145,38 +147,43 @@ class HfDownloadStage(Stage, kind="hf_download"):
             raise download_error(p, op, parsed.error)
         return parsed
 
-    def _resolve(self, host: Host, ctx: StageContext) -> str:
+    def _resolve(self, host: Host, ctx: StageContext, manifest: HfManifest | None = None,
+                 read_only: bool = False) -> str | None:
+        """The commit `revision` names: a 40-hex commit as is; a branch asked of the hub (the
+        agent first; huggingface_hub, which explains any error, only if that did not answer).
+        When the hub does not answer usably (rules.hub_outage) and MANIFEST, the host's verified
+        download of this repo and patterns, records a commit, that commit, with one warning.
+        None (read_only) when it cannot be known yet: `python` has no huggingface_hub."""
         p = self.params
         if COMMIT_RE.match(p.revision):
             ctx.record("revision_pinned", True)
             return p.revision
-        commit = self._ask_hub(host, ctx)
+        answer = self._ask_hub(host, ctx)
+        commit = answer.commit
+        cause = hub_outage(answer, token=p.token is not None)
+        if commit is None and cause and manifest is not None and manifest.commit \
+                and describes(manifest, p, manifest.commit):
+            ctx.warn("hf_download.hub_unavailable", offline_warning(p, cause, manifest.commit),
+                     repo=p.repo, revision=p.revision, commit=manifest.commit)
+            ctx.record("resolved_offline", True)
+            return manifest.commit
         if commit is None:
+            if read_only and not host.run_argv(
+                    [p.python, "-c", "import huggingface_hub"], timeout=QUICK,
+                    env=hub_env(p, ctx.env)).ok:
+                return None
             commit = str(self._script(host, ctx, "resolve", timeout=QUICK).commit)
-            self._announce_branch(ctx, commit)
-        return commit
-
-    def _announce_branch(self, ctx: StageContext, commit: str) -> None:
-        ctx.log.warning("hf_download.unpinned_revision", repo=self.params.repo,
-                        revision=self.params.revision, commit=commit,
-                        hint="pin `revision` to the 40-hex commit")
+        ctx.warn("hf_download.unpinned_revision",
+                 f"{p.repo}: revision {p.revision!r} is a branch, resolved to {commit}: pin "
+                 "`revision` to that commit (`orchestrator pin` writes a vars file)",
+                 repo=p.repo, revision=p.revision, commit=commit)
         ctx.record("revision_pinned", False)
         ctx.record("resolved_commit", commit)
+        return commit
 
-    def _resolve_read_only(self, host: Host, ctx: StageContext) -> str | None:
-        """The commit `revision` names, or None when it cannot be known yet: the hub asked by
-        the agent; only if that fails huggingface_hub, once it is installed in `python`."""
-        if COMMIT_RE.match(self.params.revision):
-            return self._resolve(host, ctx)
-        if self._ask_hub(host, ctx) is not None:
-            return self._resolve(host, ctx)
-        probe = host.run_argv([self.params.python, "-c", "import huggingface_hub"],
-                              timeout=QUICK, env=hub_env(self.params, ctx.env))
-        return self._resolve(host, ctx) if probe.ok else None
-
-    def _ask_hub(self, host: Host, ctx: StageContext) -> str | None:
-        """The commit the branch names, asked by the agent (no interpreter, no huggingface_hub);
-        None when that did not work: huggingface_hub is then asked, and explains any error."""
+    def _ask_hub(self, host: Host, ctx: StageContext) -> HfRevision:
+        """The hub's answer about the branch, asked by the agent (no interpreter, no
+        huggingface_hub): a commit, or the error and HTTP status."""
         p = self.params
         env = hub_env(p, ctx.env)
         # huggingface_hub's endpoint: HF_ENDPOINT, else the public hub (2.4.0 constants.py:67-69)
@@ -187,10 +194,9 @@ class HfDownloadStage(Stage, kind="hf_download"):
         answer = host.fact(HfRevision, endpoint=endpoint, repo=p.repo, revision=p.revision,
                            repo_type=p.repo_type, token=token, proxies=proxies)
         if answer.commit is None:
-            ctx.log.debug("hf_download.hub_quick_resolve_failed", error=answer.error)
-            return None
-        self._announce_branch(ctx, answer.commit)
-        return answer.commit
+            ctx.log.debug("hf_download.hub_quick_resolve_failed", error=answer.error,
+                          status=answer.status)
+        return answer
 
     def _read_manifest(self, host: Host) -> HfManifest | None:
         try:
@@ -215,7 +221,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
             return pin, "", None
         if pin.repo != p.repo:
             return differs(ctx, "repository", p.repo, pin.repo), "", None
-        commit = self._resolve_read_only(host, ctx)
+        commit = self._resolve(host, ctx, manifest, read_only=True)
         if commit is None:
             # a real deploy resolves in apply (after the packages stage) and refuses there
             return None, (f"; whether {p.revision!r} resolves to the locked commit "
@@ -249,7 +255,7 @@ class HfDownloadStage(Stage, kind="hf_download"):
                 or manifest.ignore_patterns != p.ignore_patterns):
             return Needed("allow_patterns/ignore_patterns changed since the verified download",
                           plan=fetch)
-        commit = commit or self._resolve_read_only(host, ctx)
+        commit = commit or self._resolve(host, ctx, manifest, read_only=True)
         if commit is None:
             return Needed(f"cannot resolve {p.revision!r} yet: {p.python} has no "
                           "huggingface_hub")

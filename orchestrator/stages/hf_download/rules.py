@@ -19,6 +19,7 @@ from orchestrator.facts.downloads import (
     HfAnswer,
     HfError,
     HfManifest,
+    HfRevision,
     VerifiedFile,
 )
 from orchestrator.pinfile import StagePin
@@ -149,7 +150,14 @@ def download_error(p: Any, op: str, err: HfError) -> StageError:
     if kind == "network":
         return StageError(
             f"{head}: cannot reach {where}: {first}",
-            hint="check the host's network/proxy (`env: {HTTPS_PROXY: ...}`) and `endpoint`",
+            hint="check the host's network/proxy (`env: {HTTPS_PROXY: ...}`) and `endpoint`; "
+            f"nothing of {p.repo} is verified on this host yet, so the hub is needed",
+        )
+    if kind == "http" and status is not None and (status == 429 or status >= 500):
+        return StageError(
+            f"{head}: {where} is failing (HTTP {status}): {first}",
+            hint="retry when the hub answers again (https://status.huggingface.co for the "
+            "public hub); nothing of this repo is verified on this host yet, so it is needed",
         )
     if kind == "disk":
         return StageError(f"{head}: no space left under {p.local_dir}: {first}",
@@ -159,6 +167,36 @@ def download_error(p: Any, op: str, err: HfError) -> StageError:
                           hint=f"install huggingface_hub into {p.python}'s environment "
                           "(a pip_install stage in `needs:`)")
     return StageError(f"{head}: {message}")
+
+
+def hub_outage(answer: HfRevision, token: bool) -> str | None:
+    """Why the hub gave the agent's revision request (remote/hfcheck.py hf_revision) no usable
+    answer - it could not be reached (refused, DNS, timeout: no status), it failed (429, 5xx)
+    or it refused the credentials (401/403) - or None when its answer is definitive (a 404:
+    no such repo or revision, which huggingface_hub then explains) or there was none to judge.
+
+    401 is an outage for a host that already holds a verified download of the repo: the hub
+    answers 401 both for a gated repo without a token and for an unknown repo seen without one
+    (huggingface_hub 2.4.0 utils/_http.py:888-892 GatedRepo, :933-951 a 401 read as RepoNotFound);
+    a token that expired reads the same."""
+    if answer.commit is not None:
+        return None
+    status = answer.status
+    if status is None:
+        return f"the hub cannot be reached ({answer.error})"
+    if status in (401, 403):
+        how = "the token was refused" if token else "no token was given"
+        return f"the hub refused the request (HTTP {status}: {how})"
+    if status == 429 or status >= 500:
+        return f"the hub is failing (HTTP {status})"
+    return None
+
+
+def offline_warning(p: HfDownloadParams, cause: str, commit: str) -> str:
+    """The one warning of a re-run that used the commit the host's verified download records."""
+    return (f"{cause}: {p.repo}@{p.revision} taken as {short(commit)}, the commit of the "
+            f"verified download already in {p.local_dir} (the branch may have moved); pin it "
+            "(`revision: <commit>`, or `orchestrator pin` for a vars file) to need no hub")
 
 
 def progress_text(fields: list[str], elapsed: float) -> str | None:
