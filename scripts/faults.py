@@ -680,7 +680,31 @@ def row_hub_flaky(lab: Lab, r: RowResult) -> None:
     lab.converge(r)
 
 
+def row_hub_outage(lab: Lab, r: RowResult, fault: str) -> None:
+    """A converged box and the hub out: the recorded commits are used, one warning each."""
+    pid = lab.server_pid()
+    t0 = lab.fault(fault)
+    try:
+        run = lab.deploy(tag=fault)
+    finally:
+        lab.fault(fault, on=False)
+    facts = run.facts(lab.host)
+    warned = {s: (facts.get(s) or {}).get("warnings") or [] for s in ("target", "drafter")}
+    r.outcome = (f"exit {run.code}; converged, {sum(map(len, warned.values()))} warning(s)"
+                 if run.code == 0 else f"exit {run.code}; {failure(run, lab.host)}")
+    r.expect(run.code == 0, f"exit {run.code}, expected 0: {failure(run, lab.host)}")
+    r.expect(all(len(w) == 1 for w in warned.values()), f"expected one warning each: {warned}")
+    r.expect(lab.server_pid() == pid, "the server was restarted")
+    ts = end_ts(run)
+    r.detect_s = None if ts is None else ts - t0
+    lab.audit(run, r)
+
+
 def row_hub_gated(lab: Lab, r: RowResult) -> None:
+    # nothing verified to fall back on: the drafter's weights and its manifest are gone
+    gone = _drop_weights(lab, lab.drafter_dir)
+    (lab.drafter_dir / ".orchestrator" / "manifest.json").unlink()
+    r.notes.append(f"deleted {len(gone)} drafter weight file(s) and the manifest first")
     pid = lab.server_pid()
     t0 = lab.fault("hub-gated")
     try:
@@ -916,8 +940,12 @@ ROWS: list[Row] = [
     Row("driver-gone", "health fails: no GPU could be listed; exit 1", row_driver_gone),
     Row("hub-flaky", "recovered: the cut download resumed and verified, exit 0",
         row_hub_flaky, alone=True),
-    Row("hub-gated", "download fails: gated, set HF_TOKEN; exit 1; server kept",
-        row_hub_gated, alone=True),
+    Row("hub-gated", "drafter gone, hub gated: download fails, set HF_TOKEN; exit 1; "
+        "server kept", row_hub_gated, alone=True),
+    Row("hub-down", "converged: recorded commits used, one warning per download; exit 0",
+        lambda lab, r: row_hub_outage(lab, r, "hub-down"), alone=True),
+    Row("hub-unreachable", "converged: recorded commits used, one warning per download; "
+        "exit 0", lambda lab, r: row_hub_outage(lab, r, "hub-unreachable"), alone=True),
     Row("ssh-flaky", "converged (exit 0) or exit 1/3 naming the lost connection",
         row_ssh_flaky),
     Row("command-hangs", "shell stage fails at its 2s timeout, group killed; exit 1",
