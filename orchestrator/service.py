@@ -22,6 +22,8 @@ stop read the same facts. Variables are the inventory's (rendered) plus `--var`;
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import threading
 import time
@@ -41,7 +43,7 @@ from orchestrator.facts.server import ServerStatus, ServerStop
 from orchestrator.host import Host
 from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
-from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT, local_url
+from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT, chat_body, chat_text, local_url
 from orchestrator.stages.gateway.api import GatewayApi
 from orchestrator.stages.sglang_server.layout import ServerLayout
 from orchestrator.transports import AgentTransport, make_transport
@@ -257,14 +259,14 @@ def _state(st: ServerStatus) -> tuple[str, str | None]:
         return "stopped", "stopped on request"
     how = "process gone (host rebooted or killed)"
     if rec is not None and rec.code is not None:
-        how = f"exited with code {rec.code}"
+        how = f"exited with code {rec.code}" + (f": {rec.cause}" if rec.cause else "")
     elif rec is not None and rec.signal:
-        how = f"killed by signal {rec.signal}"
+        how = rec.cause or f"killed by signal {rec.signal}"
     if st.restarting and rec is not None:
         return "restarting", (f"{how}; the supervisor restarts it in {rec.restart_in_s or 0:g}s "
                               f"(restart {rec.restarts})")
     if rec is not None and rec.gave_up:
-        how += f"; the supervisor gave up: {rec.reason}"
+        how = f"the supervisor gave up after {rec.restarts} restart(s): {rec.reason}"
     return "dead", how
 
 
@@ -273,7 +275,7 @@ def status_row(target: ServiceTarget, st: ServerStatus, launch: LaunchRecord) ->
     state, detail = _state(st)
     out: dict[str, Any] = {
         "host": target.label, "kind": target.kind, "state_dir": target.state_dir,
-        "url": target.url, "restarts": st.restarts,
+        "url": target.url, "restarts": st.restarts, "last_cause": st.last_cause,
         "pid": st.process.pid if st.running else None, "uptime_s": st.process.uptime_s,
         "model": launch.model, "speculative_algorithm": launch.speculative_algorithm,
         "managed_by": (st.pidfile.managed_by if st.pidfile else None) or launch.managed_by,
@@ -318,9 +320,26 @@ def add_members(row: dict[str, Any], members: list[dict[str, Any]] | None) -> No
     row["detail"] = f"{row['detail']}; {summary}" if row["detail"] else summary
 
 
-def host_status(target: ServiceTarget, host: Host) -> dict[str, Any]:
+def verify_serving(row: dict[str, Any], target: ServiceTarget, host: Host) -> None:
+    """`status --verify`: readiness proven by one greedy chat completion through the API
+    (with the key), not only /health; a server that does not answer is not ready."""
+    headers = {"Content-Type": "application/json", **(
+        {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {})}
+    body = json.dumps(chat_body(row.get("model"), "Say OK.", 4))
+    res = host.fact(HttpAnswer, url=target.url + "/v1/chat/completions", method="POST",
+                    headers=headers, body=body, timeout=60)
+    try:
+        chat_text(res.json_if_ok())
+        row["verified"] = True
+    except ValueError:
+        row.update(ready=False, verified=False,
+                   detail=f"--verify: a chat completion failed: {res.what} {res.body[:160]}")
+
+
+def host_status(target: ServiceTarget, host: Host, verify: bool = False) -> dict[str, Any]:
     """The state of one service: running/restarting/stopped/dead, pid, uptime, model,
-    readiness; a gateway's members. {"skip": True} for an optional one never started."""
+    readiness (with VERIFY, proven by a chat completion); a gateway's members.
+    {"skip": True} for an optional one never started."""
     st = host.fact(ServerStatus, state_dir=target.state_dir, host=target.api_host,
                    port=target.port)
     if target.optional and st.pidfile is None:
@@ -335,13 +354,16 @@ def host_status(target: ServiceTarget, host: Host) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
         add_server_info(row, host.fact(HttpAnswer, url=target.url + "/server_info",
                                        headers=headers, timeout=10))
+        if verify:
+            verify_serving(row, target, host)
     return row
 
 
 def collect_status(targets: list[ServiceTarget], *, factory: TransportFactory | None = None,
-                   budget: float = 10.0) -> list[dict[str, Any]]:
+                   budget: float = 10.0, verify: bool = False) -> list[dict[str, Any]]:
     """host_status for every target, in parallel; unreachable hosts are reported, not raised."""
-    return [r for r in _on_each(targets, host_status, factory, budget) if not r.get("skip")]
+    one = functools.partial(host_status, verify=verify)
+    return [r for r in _on_each(targets, one, factory, budget) if not r.get("skip")]
 
 
 def status_exit_code(rows: list[dict[str, Any]]) -> int:

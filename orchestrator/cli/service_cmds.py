@@ -55,6 +55,9 @@ def add_subcommands(sub: Any) -> None:
     )
     _common(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    status.add_argument("--verify", action="store_true",
+                        help="prove readiness with one chat completion through the API "
+                        "(after a restart on failure), not only /health")
     status.set_defaults(func=cmd_status)
 
     logs = sub.add_parser(
@@ -116,13 +119,15 @@ def _fmt_uptime(seconds: float | None) -> str:
 
 def render_status(rows: list[dict[str, Any]]) -> str:
     """A plain-text table of status rows (orchestrator.service.collect_status)."""
-    head = ["HOST", "STATE", "PID", "UPTIME", "MODEL", "SPEC", "READY", "ACCEPT", "DETAIL"]
+    head = ["HOST", "STATE", "PID", "UPTIME", "RESTARTS", "MODEL", "SPEC", "READY", "ACCEPT",
+            "DETAIL"]
     table = [head]
     for r in rows:
         acc = r.get("accept_length")
         table.append([
             str(r.get("host")), str(r.get("state")), str(r.get("pid") or "-"),
-            _fmt_uptime(r.get("uptime_s")), str(r.get("model") or "-"),
+            _fmt_uptime(r.get("uptime_s")), str(r.get("restarts") or 0),
+            str(r.get("model") or "-"),
             str(r.get("speculative_algorithm") or "-"),
             "yes" if r.get("ready") else "no",
             f"{acc:.2f}" if isinstance(acc, (int, float)) else "-",
@@ -133,6 +138,9 @@ def render_status(rows: list[dict[str, Any]]) -> str:
     for row, r in zip(table, [None, *rows], strict=True):
         cells = [c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)] + [row[-1]]
         lines.append("  ".join(cells).rstrip())
+        if r and r.get("restarts") and r.get("last_cause") and r.get("state") == "running":
+            lines.append(f"  restarted {r['restarts']}x by its supervisor; last exit: "
+                         f"{r['last_cause']}")
         for m in (r or {}).get("members") or []:  # a gateway: one line per worker
             lines.append(f"  member {m.get('url')}  {m.get('status')}  "
                          + ("healthy" if m.get("healthy") else "unhealthy"))
@@ -143,7 +151,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from orchestrator.service import collect_status, status_exit_code
 
     targets, budget = _targets(args)
-    rows = collect_status(targets, budget=budget)
+    rows = collect_status(targets, budget=budget, verify=args.verify)
     if args.json:
         _out(json.dumps(rows, indent=2, default=str))
     else:

@@ -31,6 +31,13 @@ def _argv(value: Any) -> tuple[str, ...]:
     return tuple(str(x) for x in value) if isinstance(value, (list, tuple)) else ()
 
 
+def _last_cause(exits: Any) -> str | None:
+    """The cause of the last of the supervisor's recorded exits."""
+    if isinstance(exits, list) and exits and isinstance(exits[-1], dict):
+        return _str(exits[-1].get("cause"))
+    return None
+
+
 @dataclass(frozen=True)
 class PidFile:
     """STATE_DIR/server.pid, written by the supervisor once the server process exists."""
@@ -44,6 +51,8 @@ class PidFile:
     unit: str | None
     #: how many times the supervisor restarted the server (restart on failure); 0 = first start
     restarts: int = 0
+    #: why the server exited before this start (the supervisor's last exit's cause), if it did
+    last_cause: str | None = None
 
     @classmethod
     def parse(cls, raw: Any) -> PidFile | None:
@@ -55,7 +64,8 @@ class PidFile:
                    started_at=_float(raw.get("started_at")),
                    fingerprint=_str(raw.get("fingerprint")),
                    managed_by=_str(raw.get("managed_by")), unit=_str(raw.get("unit")),
-                   restarts=_int(raw.get("restarts")) or 0)
+                   restarts=_int(raw.get("restarts")) or 0,
+                   last_cause=_last_cause(raw.get("exits")))
 
     @property
     def systemd_unit(self) -> str | None:
@@ -96,6 +106,8 @@ class ExitRecord:
     gave_up: bool = False
     reason: str | None = None
     restarts: int = 0
+    #: why it exited: killed by a signal, or the last error line it printed
+    cause: str | None = None
 
     @classmethod
     def parse(cls, raw: Any) -> ExitRecord | None:
@@ -107,7 +119,7 @@ class ExitRecord:
                    restarting=bool(raw.get("restarting")),
                    restart_in_s=_float(raw.get("restart_in_s")),
                    gave_up=bool(raw.get("gave_up")), reason=_str(raw.get("reason")),
-                   restarts=_int(raw.get("restarts")) or 0)
+                   restarts=_int(raw.get("restarts")) or 0, cause=_str(raw.get("cause")))
 
 
 @dataclass(frozen=True)
@@ -187,6 +199,15 @@ class ServerStatus:
         while it waits to restart)."""
         return max(self.pidfile.restarts if self.pidfile else 0,
                    self.exit.restarts if self.exit else 0)
+
+    @property
+    def last_cause(self) -> str | None:
+        """Why the server last exited on its own (the exit record, or, once its supervisor
+        started it again, the pid record's last exit)."""
+        if self.exit is not None and not self.exit.stop_requested and self.exit.cause \
+                and not self.running:
+            return self.exit.cause
+        return self.pidfile.last_cause if self.pidfile else None
 
     @property
     def started_at(self) -> float | None:

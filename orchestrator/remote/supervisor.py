@@ -14,7 +14,10 @@ requested is started again after a doubling delay (backoff_s, 2*backoff_s, ... c
 backoff_max_s; the doubling counts the restarts within window_s); once `max` restarts fall within
 `window_s` the supervisor gives up. Each start rewrites the pid record (new pid, starttime,
 `restarts`); each exit writes the exit record (`restarting` + `restart_in_s` while it waits,
-`gave_up` + `reason` when it gave up). A stop (the `stop_requested` marker that server_stop writes,
+`gave_up` + `reason` when it gave up), with the `cause` of each exit (the signal, or the last
+error line the server printed, as masked in the log) and the last few exits (`exits`), which the
+next pid record carries too, so `status` names why a server that runs again was restarted.
+A stop (the `stop_requested` marker that server_stop writes,
 or SIGTERM/SIGINT/SIGHUP to the supervisor or its group) never restarts, and ends a backoff wait
 at once. Exit status: 0 (server exit 0, or stopped), 1 (server failed, no restart asked), 3
 (GAVE_UP), 127 (the server cannot be executed): systemd's RestartPreventExitStatus= names 3 and 127
@@ -27,6 +30,7 @@ must carry its own, so they live here once.
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -213,8 +217,33 @@ def _open_log(paths: Paths, spec: dict):
     return log
 
 
-def pump(fd: int, log, masker: Masker) -> None:
-    """Copy the server's output from FD to LOG, masked, until it closes."""
+#: a line that says why a program failed: a Python exception, a CUDA/NCCL/OOM error
+_ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b|error:|CUDA error|NCCL|out of memory|"
+                         r"Aborted|Segmentation fault)", re.IGNORECASE)
+HISTORY = 5
+
+
+def cause_of(tail: "list[str]", code: "int | None", sig: "int | None") -> str:
+    """Why the server exited: killed by a signal (named), else the last error line it printed
+    (a Python exception's last line, a CUDA error), else its last line, else its exit code."""
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "unknown"
+        return f"killed by signal {sig} ({name})"
+    lines = [t.strip() for t in tail if t.strip()
+             and not t.startswith("orchestrator-supervisor")]
+    for line in reversed(lines):
+        if _ERROR_LINE.search(line):
+            return line[:300]
+    return lines[-1][:300] if lines else f"exit code {code}"
+
+
+def pump(fd: int, log, masker: Masker, tail: "list | None" = None) -> None:
+    """Copy the server's output from FD to LOG, masked, until it closes; the last lines
+    written (masked) are kept in TAIL."""
+    rest = b""
     while True:
         try:
             ready, _, _ = select.select([fd], [], [], 1.0)
@@ -230,8 +259,22 @@ def pump(fd: int, log, masker: Masker) -> None:
             chunk = b""
         if not chunk:
             break
-        log.write(masker.feed(chunk))
-    log.write(masker.flush())
+        out = masker.feed(chunk)
+        log.write(out)
+        rest = _keep_tail(tail, rest + out)
+    held = masker.flush()
+    log.write(held)
+    _keep_tail(tail, rest + held + b"\n")
+
+
+def _keep_tail(tail: "list | None", data: bytes) -> bytes:
+    """Append the complete lines of DATA to TAIL (the last 40); return the incomplete rest."""
+    if tail is None:
+        return b""
+    *lines, rest = data.split(b"\n")
+    tail.extend(x.decode("utf-8", "replace") for x in lines)
+    del tail[:-40]
+    return rest[-4096:]
 
 
 class Supervisor:
@@ -246,6 +289,7 @@ class Supervisor:
         self.env.update(spec.get("env") or {})
         self.env["PYTHONUNBUFFERED"] = "1"
         self.log = None
+        self.exits = []  # type: list[dict]  # the last HISTORY exits: at, code, signal, cause
 
     def stop_requested(self) -> bool:
         """A signal came, or server_stop wrote its marker."""
@@ -272,20 +316,26 @@ class Supervisor:
             "fingerprint": spec.get("fingerprint"), "log": self.paths.log,
             "launch": self.paths.spec, "managed_by": spec.get("managed_by"),
             "unit": spec.get("unit"), "restarts": len(self.restart.delays) if self.restart else 0,
-            "restart": spec.get("restart"),
+            "restart": spec.get("restart"), "exits": self.exits,
         })
         self.stopper.proc = proc
         if self.stopper.requested:
             self.stopper.forward()
         return proc
 
-    def record(self, proc: subprocess.Popen, rc: int, **extra: object) -> None:
-        """The exit record of PROC (exit status RC) and its line in the log."""
+    def record(self, proc: subprocess.Popen, rc: int, tail: "list | None" = None,
+               **extra: object) -> None:
+        """The exit record of PROC (exit status RC, last output lines TAIL) and its log line."""
         code = rc if rc >= 0 else None
         sig = -rc if rc < 0 else None
         stopped = self.stop_requested()
         how = f"code {code}" if code is not None else f"signal {sig}"
         note = " (stop requested)" if stopped else ""
+        cause = cause_of(tail or [], code, sig)
+        if tail is not None and not stopped and rc != 0:
+            self.exits = (self.exits + [{"at": time.time(), "code": code, "signal": sig,
+                                         "cause": cause}])[-HISTORY:]
+            note += f": {cause}"
         if extra.get("restarting"):
             note += (f"; restarting in {extra['restart_in_s']:g}s (restart "
                      f"{len(self.restart.delays)} of at most {self.restart.max} within "
@@ -295,7 +345,8 @@ class Supervisor:
         self.log.write((f"orchestrator-supervisor: server pid {proc.pid} exited with "
                         f"{how}{note}\n").encode())
         rec = {"pid": proc.pid, "code": code, "signal": sig, "at": time.time(),
-               "stop_requested": stopped, "restarting": False, "gave_up": False}
+               "stop_requested": stopped, "restarting": False, "gave_up": False,
+               "cause": cause, "exits": self.exits}
         if self.restart is not None:
             rec.update(restarts=len(self.restart.delays), delays_s=list(self.restart.delays))
         rec.update(extra)
@@ -309,20 +360,23 @@ class Supervisor:
             proc = self.start()
             if proc is None:
                 return CANNOT_START
-            pump(proc.stdout.fileno(), self.log, Masker(*read_keys(self.spec)))
+            tail = []  # type: list[str]
+            pump(proc.stdout.fileno(), self.log, Masker(*read_keys(self.spec)), tail)
             rc = proc.wait()
             if rc == 0 or self.stop_requested() or self.restart is None:
-                self.record(proc, rc)
+                self.record(proc, rc, tail)
                 return 0 if rc == 0 or self.stop_requested() else 1
             now = time.monotonic()
             delay = self.restart.next_delay(now)
             if delay is None:
                 r = self.restart
-                self.record(proc, rc, gave_up=True, reason=f"{len(r.times)} restarts within "
-                            f"{r.window_s:g}s (restart max {r.max}, window_s {r.window_s:g})")
+                self.record(proc, rc, tail, gave_up=True,
+                            reason=f"{len(r.times)} restarts within {r.window_s:g}s (restart "
+                            f"max {r.max}, window_s {r.window_s:g}); last exit: "
+                            f"{cause_of(tail, rc if rc >= 0 else None, -rc if rc < 0 else None)}")
                 return GAVE_UP
             self.restart.allow(now, delay)
-            self.record(proc, rc, restarting=True, restart_in_s=delay)
+            self.record(proc, rc, tail, restarting=True, restart_in_s=delay)
             if not self.stopper.sleep(delay) or self.stop_requested():
                 self.record(proc, rc)  # the stop ends the wait: no restart
                 return 0

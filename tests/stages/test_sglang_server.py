@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 
 from orchestrator.errors import PreflightError, StageError
 from orchestrator.stages.base import Converged, Needed, Stage, stage_kinds
+from tests.runner.helpers import cli
 from tests.sglang.simhost import (  # noqa: F401 - fixture
     API_KEY,
     SGLangSim,
@@ -284,7 +285,7 @@ def test_restart_on_failure_brings_a_killed_server_back(sglang_sim: SGLangSim, s
     sim = sglang_sim
     sd = sim.state_dir("restart")
     host = sim.connect()
-    params = sim.server_params(sd, restart_on_failure=True)
+    params = sim.server_params(sd)  # restart on failure is on by default
     status, _ = converge(make("sglang_server", params), host, stage_ctx("s", kind="sglang_server"))
     assert status == "changed"
     spec = json.loads(Path(sd, "launch.json").read_text())
@@ -299,7 +300,32 @@ def test_restart_on_failure_brings_a_killed_server_back(sglang_sim: SGLangSim, s
     assert wait_for(lambda: health(sim) == 200, timeout=15), Path(sd, "server.log").read_text()
     verdict = make("sglang_server", params).check(host, stage_ctx("s", kind="sglang_server"))
     assert isinstance(verdict, Converged), verdict  # the new pid, same fingerprint: ours
-    assert f"pid {second['pid']}, restarted 1x by its supervisor" in verdict.reason
-    # without the param the fingerprint differs (the restart policy is part of it)
-    plain = make("sglang_server", sim.server_params(sd)).check(host, stage_ctx("s"))
+    assert (f"pid {second['pid']}, restarted 1x by its supervisor (last exit: killed by "
+            "signal 9 (SIGKILL))") in verdict.reason
+    # without it the fingerprint differs (the restart policy is part of it)
+    plain = make("sglang_server", sim.server_params(sd, restart_on_failure=False)).check(
+        host, stage_ctx("s"))
     assert isinstance(plain, Needed) and "restart on failure" in plain.reason
+
+
+def test_a_crash_loop_stops_at_the_limit_and_status_names_the_cause(
+        sglang_sim: SGLangSim, stage_ctx, converge, tmp_path: Path) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("crashloop")
+    host = sim.connect()
+    crash = "CUDA error: an illegal memory access was encountered"
+    params = sim.server_params(sd, env={"SGLANG_SIM_CRASH": crash},
+                               restart_on_failure={"max": 2, "window": "60s",
+                                                   "backoff": "0.2s", "backoff_max": "0.4s"})
+    with pytest.raises(StageError):  # verify sees it die
+        converge(make("sglang_server", params), host, stage_ctx("s", kind="sglang_server"))
+    exit_file = Path(sd, "server.exit")
+    assert wait_for(lambda: exit_file.exists() and json.loads(exit_file.read_text())
+                    .get("gave_up"), timeout=30), Path(sd, "server.log").read_text()
+    rec = json.loads(exit_file.read_text())
+    assert rec["restarts"] == 2 and rec["cause"] == f"RuntimeError: {crash}"
+    assert [e["cause"] for e in rec["exits"]] == [f"RuntimeError: {crash}"] * 3
+    r = cli("status", "-i", str(sim.fleet.inventory_path), "--limit", "gpu-1", "--state-dir",
+            sd, runs=tmp_path / "runs")
+    assert r.code == 1
+    assert "gave up after 2 restart(s)" in r.stdout and crash in r.stdout, r.stdout

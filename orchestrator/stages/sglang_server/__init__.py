@@ -19,10 +19,11 @@ the stale one if `stop_stale`, then starts the supervisor (orchestrator.remote.s
 setsid - or, where systemd runs the host (`systemd: auto`), a unit `systemctl restart`ed - and
 returns at once: readiness is `wait_ready`'s job. verify: the process is still alive
 `verify_window` after the start (a bad argument shows at once), else the log tail is reported.
-With `restart_on_failure: true` (default off) the launch spec carries the supervisor's restart
-policy (orchestrator.sglang.launch.RESTART_ON_FAILURE: 1, 2, 4 ... 30 s apart, at most 5 within
-300 s; part of the fingerprint) and the systemd unit restarts the supervisor itself; a server
-its supervisor restarted (a new pid, the same fingerprint) is ours and converged.
+With `restart_on_failure` (default on; never for a multi-node group, change.restart_policy)
+the launch spec carries the supervisor's restart policy (orchestrator.sglang.launch.
+RESTART_ON_FAILURE: 1, 2, 4 ... 30 s apart, at most 5 within 300 s; part of the fingerprint)
+and the systemd unit restarts the supervisor itself; a server its supervisor restarted (a new
+pid, the same fingerprint) is ours and converged.
 
 Multi-node TP (orchestrator/sglang/multinode.py): with `nodes: "{{ groups.gpu }}"` (two or more
 inventory hosts, node 0 first) every node gets `--nnodes N --node-rank R --dist-init-addr
@@ -87,6 +88,15 @@ class SpeculativeParams(Params):
         return v.strip().upper() if isinstance(v, str) and v.strip() else (None if v == "" else v)
 
 
+class RestartOnFailure(Params):
+    """`restart_on_failure:` as a mapping: how often and how soon the supervisor restarts."""
+
+    max: int = Field(5, ge=1, description="give up after this many restarts within `window`")
+    window: Duration = Field(300.0, gt=0)
+    backoff: Duration = Field(1.0, gt=0, description="the first delay; doubled per restart")
+    backoff_max: Duration = Field(30.0, gt=0)
+
+
 class SGLangServerParams(Params):
     """Parameters of the sglang_server kind."""
 
@@ -135,10 +145,12 @@ class SGLangServerParams(Params):
     unit_name: str = Field("orchestrator-sglang", pattern=r"^[A-Za-z0-9:_.@-]+$",
                            description="systemd unit (a name: it goes under /etc/systemd/system)")
     autostart: bool = Field(False, description="enable the systemd unit (start at boot)")
-    restart_on_failure: bool = Field(
-        False, description="the supervisor restarts a server that exited non-zero or by a "
+    restart_on_failure: bool | RestartOnFailure = Field(
+        True, description="the supervisor restarts a server that exited non-zero or by a "
         "signal (no stop asked) after 1, 2, 4 ... 30 s, and gives up after 5 restarts within "
-        "300 s (launch spec \"restart\"; systemd units: Restart=on-failure for the supervisor)")
+        "300 s (launch spec \"restart\"; systemd units: Restart=on-failure for the supervisor); "
+        "a mapping sets max/window/backoff/backoff_max; never for a multi-node group (a rank "
+        "cannot rejoin alone: the next deploy restarts the group)")
     preflight: Literal["enforce", "warn", "off"] = "enforce"
     native_check: bool = Field(True, description="run SGLang's own argument validation in the "
                                "venv before launching (where SGLang and torch import)")

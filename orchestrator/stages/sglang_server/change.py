@@ -89,8 +89,19 @@ def wait_port_free(host: Host, p: Any, timeout: float = 15.0) -> None:
 
 
 def restart_policy(p: Any) -> dict[str, Any] | None:
-    """The launch spec's "restart" (restart_on_failure), or None: never restarted."""
-    return dict(launch.RESTART_ON_FAILURE) if getattr(p, "restart_on_failure", False) else None
+    """The launch spec's "restart" (restart_on_failure, on by default), or None: never
+    restarted. Never for a multi-node group: its world is formed once, by
+    torch.distributed.init_process_group over the dist-init address (sglang 0.5.23
+    srt/distributed/parallel_state.py:2517-2524, from bootstrap.py:322-332); a rank started
+    again alone cannot rejoin it (only the mooncake EP backend's `recovered_rank` can,
+    parallel_state.py:2500-2512), so the next deploy restarts the whole group."""
+    policy = getattr(p, "restart_on_failure", False)
+    if not policy or len(getattr(p, "nodes", None) or []) > 1:
+        return None
+    if policy is True:
+        return dict(launch.RESTART_ON_FAILURE)
+    return {"max": policy.max, "window_s": policy.window, "backoff_s": policy.backoff,
+            "backoff_max_s": policy.backoff_max}
 
 
 def launch_spec(p: Any, layout: ServerLayout, desired: Desired, mode: str,

@@ -70,7 +70,9 @@ def restart_note(status: ServerStatus) -> str:
     if rec is not None and rec.gave_up:
         return f"; its supervisor gave up: {rec.reason}"
     if status.running and status.restarts:
-        return f", restarted {status.restarts}x by its supervisor"
+        cause = status.last_cause
+        return f", restarted {status.restarts}x by its supervisor" + (
+            f" (last exit: {cause})" if cause else "")
     return ""
 
 

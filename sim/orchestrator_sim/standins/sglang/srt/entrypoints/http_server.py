@@ -803,6 +803,16 @@ def launch_server(server_args) -> int:
     scale = hardware.time_scale()
     started = time.monotonic()
     try:
+        crash = os.environ.get("SGLANG_SIM_CRASH")
+        if crash:
+            # a server that dies at start every time (a crash loop): a scheduler's exception
+            # reaches the launcher, which logs it and exits 1, as real SGLang's
+            # launch_server ends on a failed scheduler (engine.py _launch_subprocesses raises
+            # "Initialization failed. ..." after the child's traceback)
+            sys.stdout.write("Traceback (most recent call last):\n"
+                             '  File "sglang/srt/managers/scheduler.py", in run_scheduler_process'
+                             f"\nRuntimeError: {crash}\n")
+            return 1
         try:
             loaded = ModelLoader(server_args, stop).run()
         except Stopped:
