@@ -329,13 +329,13 @@ class Supervisor:
         code = rc if rc >= 0 else None
         sig = -rc if rc < 0 else None
         stopped = self.stop_requested()
-        how = f"code {code}" if code is not None else f"signal {sig}"
-        note = " (stop requested)" if stopped else ""
         cause = cause_of(tail or [], code, sig)
+        how = f"code {code}" if code is not None else cause.replace("killed by ", "")
+        note = " (stop requested)" if stopped else ""
         if tail is not None and not stopped and rc != 0:
             self.exits = (self.exits + [{"at": time.time(), "code": code, "signal": sig,
                                          "cause": cause}])[-HISTORY:]
-            note += f": {cause}"
+            note += f": {cause}" if code is not None else ""
         if extra.get("restarting"):
             note += (f"; restarting in {extra['restart_in_s']:g}s (restart "
                      f"{len(self.restart.delays)} of at most {self.restart.max} within "
