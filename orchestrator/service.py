@@ -43,6 +43,7 @@ from orchestrator.facts.server import ServerStatus, ServerStop
 from orchestrator.host import Host
 from orchestrator.plan import Selection, build_plan
 from orchestrator.redact import REDACTOR
+from orchestrator.sglang import timeline
 from orchestrator.sglang.api import DEFAULT_HOST, DEFAULT_PORT, chat_body, chat_text, local_url
 from orchestrator.stages.gateway.api import GatewayApi
 from orchestrator.stages.sglang_server.layout import ServerLayout
@@ -336,6 +337,17 @@ def verify_serving(row: dict[str, Any], target: ServiceTarget, host: Host) -> No
                    detail=f"--verify: a chat completion failed: {res.what} {res.body[:160]}")
 
 
+def add_load(row: dict[str, Any], target: ServiceTarget, host: Host, st: ServerStatus) -> None:
+    """The running server's load phases from its log (orchestrator.sglang.timeline): "load"
+    (one line) and "load_timeline" (epoch start/end per phase)."""
+    if row["state"] != "running":
+        return
+    lines = host.fact(LogTail, path=target.layout.log, lines=5000).lines
+    phases = timeline.anchored(timeline.parse(lines), st.started_at)
+    row["load_timeline"] = [p.to_json() for p in phases]
+    row["load"] = timeline.summary(phases) or None
+
+
 def host_status(target: ServiceTarget, host: Host, verify: bool = False) -> dict[str, Any]:
     """The state of one service: running/restarting/stopped/dead, pid, uptime, model,
     readiness (with VERIFY, proven by a chat completion); a gateway's members.
@@ -350,6 +362,7 @@ def host_status(target: ServiceTarget, host: Host, verify: bool = False) -> dict
         if row["state"] == "running":
             add_members(row, hook(target, host))
         return row
+    add_load(row, target, host, st)
     if row["ready"]:
         headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
         add_server_info(row, host.fact(HttpAnswer, url=target.url + "/server_info",

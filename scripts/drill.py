@@ -9,7 +9,10 @@
   4. run the SAME deploy at once with --wait-for-host: it waits for SSH, repairs what the reboot
      broke and proves the server serves again;
   5. verify with `orchestrator status` and print the recovery time (SSH back -> ready), the
-     total time of the recovery deploy, and which stages changed and which were already ok.
+     total time of the recovery deploy, and which stages changed and which were already ok;
+  6. print the engine's load phases (from its own log: weights, KV pool, CUDA-graph capture,
+     first ready) of the first deploy (cold kernel caches) beside the recovery's (warm), and
+     the orchestrator's own overhead (the recovery deploy's time minus the engine's).
 
 With `--nodes 2` the drill runs playbooks/kimi-k2.6-eagle3-2node.yaml over two boxes (TP 16:
 node 0 = gpu-1 serves the API, node 1 = gpu-2 a dummy /health) and reboots `--reboot` (gpu-1 by
@@ -157,6 +160,38 @@ def recovery_report(run_dir: Path, host: str, reboot_at: float, ssh_back: float 
     return ready, lines
 
 
+def load_timeline(run_dir: Path, host: str) -> dict[str, dict[str, Any]]:
+    """The server's load phases, as wait_ready recorded them (fact "load_timeline")."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    facts = (summary["hosts"].get(host, {}).get("facts") or {}).get("ready") or {}
+    return {p["phase"]: p for p in facts.get("load_timeline") or []}
+
+
+def phase_table(first: Path, recovery: Path, host: str, scale: float) -> list[str]:
+    """The engine's phases of the first load (cold kernel caches) beside the recovery's (warm),
+    in nominal seconds (what the real box would take), and the orchestrator's own time."""
+    cold, warm = load_timeline(first, host), load_timeline(recovery, host)
+    lines = [f"{'load phase':<20} {'first deploy':>13} {'recovery':>10}  (nominal s)"]
+    for name in dict.fromkeys([*cold, *warm]):
+        cells = [f"{(t[name]['end'] - t[name]['start']) / scale:13.1f}" if name in t else
+                 f"{'-':>13}" for t in (cold, warm)]
+        lines.append(f"{name:<20} {cells[0]} {cells[1]:>10}")
+    if warm:
+        engine = max(p["end"] for p in warm.values()) - min(p["start"] for p in warm.values())
+        events = read_events(recovery)
+        connected = next((parse_ts(e["ts"]) for e in events
+                          if e["event"] == "host.connected" and e.get("host") == host), None)
+        end = next((parse_ts(e["ts"]) for e in events if e["event"] == "stage.end"
+                    and e.get("host") == host and e.get("stage") == "ready"), None)
+        if connected is not None and end is not None:
+            lines.append(f"orchestrator overhead: {end - connected - engine:.2f}s (connected -> "
+                         f"ready stage done, minus the engine's own {engine:.2f}s; real s)")
+    capture = [t.get("cuda graph capture", {}).get("detail") for t in (cold, warm)]
+    lines.append(f"kernel caches:    cuda graph capture {capture[0]} cold -> {capture[1]} warm "
+                 "(nominal; the caches beside the venv survived the reboot)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"drill: the first deploy failed (exit {first.returncode}); no drill",
                   file=sys.stderr)
             return 1
+        first_run = latest_run(runs)
 
         banner(f"reboot {host}: down for {args.down_seconds:g}s")
         info = fleet.host(host)
@@ -234,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
         ready, lines = recovery_report(run_dir, host, reboot_at, watch.back_at, wall)
         banner(f"recovery drill: {host}")
-        for line in lines:
+        for line in lines + phase_table(first_run, run_dir, "gpu-1", args.time_scale):
             print(line)
         others = json.loads((run_dir / "summary.json").read_text())["hosts"]
         for name in sorted(set(others) - {host}):  # multi-node: the rank that ended with it

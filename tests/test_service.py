@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -111,11 +112,16 @@ def test_deploy_then_status_logs_stop(sglang_sim: SGLangSim, tmp_path: Path, cap
     assert 2.3 < row["accept_length"] < 2.8 and row["version"] == "0.5.23"
     pid = row["pid"]
     assert pid in sim.server_pids() and row["uptime_s"] >= 0
+    # the load's phases, read from the server's log
+    phases = [p["phase"] for p in row["load_timeline"]]
+    assert "target weights" in phases and phases[-1] == "first ready", phases
+    assert row["load_timeline"][0]["start"] <= time.time() - row["uptime_s"] + 1
 
     assert run("status", "-i", inv) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:4] == ["HOST", "STATE", "PID", "UPTIME"]
     assert f"gpu-1  running  {pid}" in table and "EAGLE3" in table and "yes" in table
+    assert "  load: process start" in table and "cuda graph capture" in table
 
     # logs: the last N lines, prefixed by host
     assert run("logs", "-i", inv, "-n", "5") == 0
@@ -159,7 +165,8 @@ def test_status_reports_a_dead_server_and_the_host_rule(sglang_sim: SGLangSim,
     inv = str(sim.fleet.inventory_path)
     sd = sim.state_dir("dead")
     cls = stage_kinds()["sglang_server"]
-    stage = cls(cls.Params.model_validate(sim.server_params(sd)))
+    # restart off: restarted, it would not stay dead
+    stage = cls(cls.Params.model_validate(sim.server_params(sd, restart_on_failure=False)))
     ctx = StageContext(spec=StageSpec(id="server", uses="sglang_server"), run_id="t",
                        log=structlog.get_logger())
     host = sim.connect()
@@ -171,7 +178,7 @@ def test_status_reports_a_dead_server_and_the_host_rule(sglang_sim: SGLangSim,
     capsys.readouterr()  # the stage's own log lines
     assert run("status", "-i", inv, "--state-dir", sd, "--limit", "gpu-1", "--json") == 1
     (row,) = json.loads(capsys.readouterr().out)
-    assert (row["state"], row["detail"]) == ("dead", "killed by signal 9")
+    assert (row["state"], row["detail"]) == ("dead", "killed by signal 9 (SIGKILL)")
 
     # the host rule: hypervisors have no base_dir; naming one is an error that says what to do
     with pytest.raises(ConfigError, match="no state dir for pve-1"):

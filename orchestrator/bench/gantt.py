@@ -5,7 +5,10 @@ One row per (host, stage), seconds since the run started on the x axis. A bar sp
 retried (`stage.retry`, a red tick, with the back-off sleep hatched), checks asked again after a
 dropped connection (`stage.check_retry`), and the stage's failure. A grey hatched bar on a
 host's first row is the wait for the host's SSH (`host.start` to `host.connected`, with
-`host.waiting` events); an unreachable host is written on its row.
+`host.waiting` events); an unreachable host is written on its row. A stage that recorded the
+fact "load_timeline" (wait_ready: the server's own load phases, orchestrator.sglang.timeline)
+gets them as thin sub-bars under its bar, from the server's process start (during the server
+stage) to its first ready.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+#: the load phases' colours (orchestrator.sglang.timeline's names)
+PHASE_COLOURS = {
+    "process start": "#c7c7c7", "target weights": "#6a51a3", "draft weights": "#9e9ac8",
+    "kv pool": "#fdae6b", "cuda graph capture": "#e6550d", "first ready": "#31a354",
+}
 STATUS_COLOURS = {
     "ok": "#9bbf85", "changed": "#3f7fbf", "failed": "#d1495b", "would-change": "#e8a33d",
     "skipped": "#d9d9d9", "cancelled": "#a0a0a0", "unreachable": "#a0a0a0",
@@ -39,6 +47,7 @@ class StageBar:
     retries: list[tuple[float, float, str]] = field(default_factory=list)  # (t, sleep, error)
     check_retries: list[float] = field(default_factory=list)
     error: str | None = None
+    phases: list[tuple[str, float, float]] = field(default_factory=list)  # (name, start, end)
 
 
 @dataclass
@@ -85,10 +94,18 @@ def _host_event(hosts: dict[str, HostLine], name: str, e: dict[str, Any], t: flo
         line.unreachable = str(e.get("error") or "unreachable")
 
 
-def _stage_event(bar: StageBar, name: str, e: dict[str, Any], t: float) -> None:
+def _phases(facts: Any, t0: float) -> list[tuple[str, float, float]]:
+    """The fact "load_timeline" (epoch seconds) relative to the run's start."""
+    load = facts.get("load_timeline") if isinstance(facts, dict) else None
+    return [(str(p["phase"]), float(p["start"]) - t0, float(p["end"]) - t0)
+            for p in load or [] if isinstance(p, dict) and {"phase", "start", "end"} <= set(p)]
+
+
+def _stage_event(bar: StageBar, name: str, e: dict[str, Any], t: float, t0: float) -> None:
     if name == "stage.start":
         bar.start = t
     elif name == "stage.end":
+        bar.phases = _phases(e.get("facts"), t0)
         bar.end, bar.status = t, str(e.get("status") or "?")
         bar.attempts = int(e.get("attempts") or 1)
         bar.error = e.get("error")
@@ -118,7 +135,7 @@ def read_timeline(events_path: str | Path) -> Timeline:
         if name.startswith("host.") and "host" in e:
             _host_event(hosts, name, e, t)
         elif name.startswith("stage.") and "stage" in e and "host" in e:
-            _stage_event(_bar(bars, e), name, e, t)
+            _stage_event(_bar(bars, e), name, e, t, t0)
         elif name == "run.end":
             exit_code = e.get("exit_code")
     order = {h: i for i, h in enumerate(hosts)}
@@ -141,6 +158,9 @@ def _draw_bars(ax: Any, tl: Timeline, rows: dict[tuple[str, str], int]) -> None:
             ax.plot([t, t], [y - 0.42, y + 0.42], color="#d1495b", lw=2.2)
         for t in b.check_retries:
             ax.plot(t, y, marker="o", ms=5, color="#e8a33d", mec="#333333")
+        for phase, p0, p1 in b.phases:  # the server's own load phases, under the bar
+            ax.barh(y + 0.38, max(p1 - p0, tl.duration * 0.002), left=p0, height=0.16,
+                    color=PHASE_COLOURS.get(phase, "#bbbbbb"), lw=0)
         label = b.status + (f", {b.attempts} attempts" if b.attempts > 1 else "")
         gap = 0.02 if b.status == "failed" else 0.006  # clear of the failure mark
         ax.text(end + tl.duration * gap, y, label, va="center", fontsize=8)
@@ -194,8 +214,11 @@ def draw_gantt(events_path: str | Path, out_png: str | Path) -> Path:
     handles = [Patch(color=STATUS_COLOURS.get(s, "#bbbbbb"), label=s) for s in seen]
     handles.append(Patch(facecolor="white", hatch="////", edgecolor="#d1495b",
                          label="failed attempt + back-off (retried)"))
+    phases = dict.fromkeys(ph for b in tl.bars for ph, _, _ in b.phases)
+    handles += [Patch(color=PHASE_COLOURS.get(ph, "#bbbbbb"), label=f"load: {ph}")
+                for ph in phases]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1 - 2.0 / (
-        4 + len(labels))), ncol=len(handles), fontsize=8, frameon=False)
+        4 + len(labels))), ncol=min(len(handles), 6), fontsize=8, frameon=False)
     fig.tight_layout()
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)

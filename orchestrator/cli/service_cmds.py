@@ -141,6 +141,8 @@ def render_status(rows: list[dict[str, Any]]) -> str:
         if r and r.get("restarts") and r.get("last_cause") and r.get("state") == "running":
             lines.append(f"  restarted {r['restarts']}x by its supervisor; last exit: "
                          f"{r['last_cause']}")
+        if r and r.get("load"):
+            lines.append(f"  load: {r['load']}")
         for m in (r or {}).get("members") or []:  # a gateway: one line per worker
             lines.append(f"  member {m.get('url')}  {m.get('status')}  "
                          + ("healthy" if m.get("healthy") else "unhealthy"))

@@ -502,13 +502,24 @@ def _urllib_http(url: str, method: str, headers: dict, data, timeout: float, max
 
 @probe("http")
 def http(url: str, method: str = "GET", headers=None, body=None, timeout: float = 10.0,
-         max_bytes: int = 4 << 20) -> dict:
+         max_bytes: int = 4 << 20, until_ok: float = 0.0) -> dict:
     """One HTTP request; never raises for HTTP or connection errors. Plain http:// GETs go
-    over a socket (`_plain_http`), anything else through urllib (no proxies).
+    over a socket (`_plain_http`), anything else through urllib (no proxies). With UNTIL_OK
+    seconds, the request is repeated every 0.1 s until it answers 200 or that time is up
+    (a readiness wait that notices the server within 0.1 s at one round trip per poll).
 
     Returns {"status": int | None, "headers": {...}, "body": text, "error": None | "connection
     refused" | "timed out" | ..., "elapsed": seconds}.
     """
+    deadline = time.monotonic() + float(until_ok)
+    while True:
+        out = _http_once(url, method, headers, body, timeout, max_bytes)
+        if out["status"] == 200 or time.monotonic() + 0.1 >= deadline:
+            return out
+        time.sleep(0.1)
+
+
+def _http_once(url: str, method: str, headers, body, timeout: float, max_bytes: int) -> dict:
     data = None
     if body is not None:
         data = body.encode("utf-8") if isinstance(body, str) else json.dumps(body).encode()

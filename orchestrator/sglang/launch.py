@@ -34,15 +34,44 @@ WRAPPER = (
     "runpy.run_module('sglang.launch_server',run_name='__main__',alter_sys=True)"
 )
 
-#: cache locations kept across restarts (no recompiling after a restart), relative to cache_dir
+#: The compile/JIT/autotune caches a server fills while it starts (its CUDA-graph capture and
+#: warm-up compile Triton, FlashInfer and DeepGEMM kernels), each pointed at a folder under the
+#: kernel cache dir, relative names here. Their defaults are lost or shared otherwise:
+#: - SGLANG_CACHE_DIR, SGLang's own (FlashInfer autotune results keyed by sm arch and model,
+#:   model_executor/runner/flashinfer_autotune.py:164-200; CuTe AOT kernels): ~/.cache/sglang
+#:   (0.5.23 srt/environ.py:1383); 0.5.23 also redirects the third-party caches below under it
+#:   by setdefault (environ.py:2308-2336), so the explicit ones here win;
+#: - SGLANG_DG_CACHE_DIR -> DG_JIT_CACHE_DIR, DeepGEMM's JIT kernels: ~/.cache/deep_gemm
+#:   (0.5.9 srt/environ.py:357, layers/deep_gemm_wrapper/compile_utils.py:33-35), under
+#:   SGLANG_CACHE_DIR in 0.5.23 (environ.py:1373, compile_utils.py:51);
+#: - TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR (torch's default is under /tmp, wiped by a
+#:   reboot), CUDA_CACHE_PATH (PTX JIT), TILELANG_CACHE_DIR, FLASHINFER_WORKSPACE_BASE
+#:   (FlashInfer appends .cache/flashinfer itself): the names 0.5.23 sets (environ.py:2308-2321);
+#: - TORCH_EXTENSIONS_DIR (torch cpp_extension builds), TVM_FFI_CACHE_DIR (sgl-kernel JIT).
 CACHE_ENV = {
+    "SGLANG_CACHE_DIR": "sglang",
+    "SGLANG_DG_CACHE_DIR": "deep_gemm",
     "TRITON_CACHE_DIR": "triton",
     "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "CUDA_CACHE_PATH": "cuda",
+    "TILELANG_CACHE_DIR": "tilelang",
     "FLASHINFER_WORKSPACE_BASE": "flashinfer",
     "TORCH_EXTENSIONS_DIR": "torch_extensions",
-    "CUDA_CACHE_PATH": "cuda",
     "TVM_FFI_CACHE_DIR": "tvm_ffi",
 }
+
+
+def kernel_cache_dir(python: str, state_cache: str, version: str | None) -> str:
+    """Where a release's kernel caches live: VENV/../kernel-cache/sglang-VERSION beside the venv
+    of `python` (VENV/bin/python), else STATE_CACHE/sglang-VERSION; a new release starts with
+    empty caches, a re-run or a reboot keeps them. The GPU needs no folder of its own: each
+    cache keys its entries by the device's arch (FlashInfer autotune: sm{major}{minor},
+    flashinfer_autotune.py:166-168 (0.5.23))."""
+    tag = f"sglang-{version or 'unknown'}"
+    parts = python.rstrip("/").split("/")
+    if len(parts) >= 4 and parts[-2] == "bin" and python.startswith("/"):
+        return "/".join(parts[:-3] + ["kernel-cache", tag])
+    return f"{state_cache.rstrip('/')}/{tag}"
 
 
 def _num(value: float | int) -> str:
@@ -107,8 +136,11 @@ def cache_env(cache_dir: str) -> dict[str, str]:
 
 
 def launch_env(cache_dir: str | None, env: Mapping[str, str]) -> dict[str, str]:
-    """Server environment: cache folders, then the stage's `env` (which may override them)."""
+    """Server environment: cache folders, millisecond log stamps (SGLANG_LOG_MS: the load
+    timeline's resolution; environ.py:354 (0.5.23), read by configure_logger, utils/common.py
+    :1227 (0.5.9), :2629 (0.5.23)), then the stage's `env` (which may override them)."""
     out = cache_env(cache_dir) if cache_dir else {}
+    out["SGLANG_LOG_MS"] = "1"
     out.update({str(k): str(v) for k, v in env.items()})
     return out
 

@@ -49,7 +49,7 @@ PLAYBOOK = str(REPO / "playbooks/kimi-k2.6-eagle3.yaml")
 #: what a dry run may add to the running server's log: its access log lines for GETs, and the
 #: prefill of the one-token generation its /health runs
 SERVER_LOG_LINE = re.compile(r'INFO: +[\d.]+:\d+ - "GET /[\w/?=&.-]* HTTP/1\.1" \d+ [\w ]+'
-                             r"|\[[\d :-]+ TP\d+\] Prefill batch, .*")
+                             r"|\[[\d :.-]+ TP\d+\] Prefill batch, .*")
 DRY_RUNS = (("plan",), ("deploy", "--dry-run"))
 
 Entry = tuple[Any, ...]

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.bench.gantt import read_timeline
 from orchestrator.deploy import deploy
 from orchestrator.events import CommandRan, EventHandler, StageApply, StageFinished
 from orchestrator_sim.fleet import SimFleet
@@ -115,6 +116,18 @@ def test_fresh_box_one_deploy_reaches_ready(box: Box) -> None:
     assert "0.18.0" in installed and "0.8.1" not in installed
     assert facts["ready"]["accept_length"] > 1.2
     assert "ready after" in r.stdout and "accept length" in r.stdout
+    # the load timeline, from the server's own log: a first load compiles its kernels (cold)
+    phases = {p["phase"]: p for p in facts["ready"]["load_timeline"]}
+    assert set(phases) == {"process start", "target weights", "kv pool", "draft weights",
+                           "cuda graph capture", "first ready"}  # the order varies by release
+    assert float(phases["cuda graph capture"]["detail"].split()[0]) > 200  # nominal s, cold
+    assert "load: process start" in r.stdout + r.stderr
+    # ... and in the deploy report's Gantt chart, under the ready bar, from the server stage on
+    ready = next(b for b in read_timeline(r.run_dir / "events.jsonl").bars if b.stage == "ready")
+    assert {p for p, _, _ in ready.phases} == set(phases)
+    server = next(b for b in read_timeline(r.run_dir / "events.jsonl").bars
+                  if b.stage == "server")
+    assert server.start < ready.phases[0][1] < ready.start  # the process started in `server`
     assert box.server_pid() is not None
     # host keys were checked: the inventory says strict, with the simulator's known_hosts
     assert box.data["hosts"]["gpu-1"]["host_key_policy"] == "strict"

@@ -394,6 +394,7 @@ def test_reboot_of_a_converged_box_then_the_same_deploy_changes_only_what_it_bro
 ) -> None:
     overrides = box.ensure_converged()
     old_pid = box.server_pid()
+    rebooted_at = time.time()
     fault = box.reboot()
     assert box.server_pid() is None  # the reboot killed the server
     r = box.deploy(overrides=overrides)
@@ -401,6 +402,11 @@ def test_reboot_of_a_converged_box_then_the_same_deploy_changes_only_what_it_bro
     assert_only_reboot_damage_repaired(r, fault["uvm_major"], box)
     new_pid = box.server_pid()
     assert new_pid is not None and new_pid != old_pid
+    # the kernel caches beside the venv survived the reboot: the capture compiled nothing
+    cache = box.venv.parent / "kernel-cache" / f"sglang-{PROFILE['sglang_version']}"
+    assert [f for f in (cache / "triton").iterdir() if f.stat().st_mtime < rebooted_at]
+    phases = {p["phase"]: p for p in r.summary["hosts"][HOST]["facts"]["ready"]["load_timeline"]}
+    assert float(phases["cuda graph capture"]["detail"].split()[0]) < 100  # warm (cold: 300)
 
 
 def test_deploy_while_the_box_is_down_waits_for_ssh_then_completes(box: Box) -> None:

@@ -137,8 +137,9 @@ class SGLangServerParams(Params):
                                   "before the launch is refused")
     env: dict[str, str] = Field(default_factory=dict, description="server environment, e.g. "
                                 "NCCL_P2P_LEVEL, NCCL_GRAPH_FILE")
-    cache_dir: str | None = Field(None, description="persistent JIT caches (Triton, inductor, "
-                                  "FlashInfer); default STATE_DIR/cache")
+    cache_dir: str | None = Field(None, description="the kernel caches (Triton, inductor, "
+                                  "FlashInfer, DeepGEMM, SGLang's own; kept across restarts and "
+                                  "reboots); default VENV/../kernel-cache/sglang-VERSION")
     state_dir: str = Field(description="pid file, log, fingerprint, launch spec, key file")
     stop_stale: bool = Field(False, description="stop a foreign process holding the port")
     systemd: Literal["auto", "never", "always"] = "auto"
@@ -210,10 +211,16 @@ class SGLangServer(Stage, kind="sglang_server"):
         return node_group(p.nodes, host.name, ctx.inventory_hosts, dist_timeout=p.dist_timeout,
                           dist_init_addr=p.dist_init_addr, dist_init_port=p.dist_init_port)
 
+    def _cache_dir(self, venv: VenvVersions) -> str:
+        """The kernel caches' directory: `cache_dir`, else beside the venv (or in the state
+        dir when `python` is not a venv's), one per SGLang release (launch.kernel_cache_dir)."""
+        p = self.params
+        return p.cache_dir or launch.kernel_cache_dir(p.python, self._layout.cache, venv.sglang)
+
     def _desired(self, host: Host, venv: VenvVersions, group: NodeGroup | None) -> Desired:
         p = self.params
         args = launch.build_args(p) + (group.args() if group else [])
-        env = launch.launch_env(p.cache_dir or self._layout.cache, p.env)
+        env = launch.launch_env(self._cache_dir(venv), p.env)
         fp = launch.fingerprint(
             args, env, sglang_version=venv.sglang,
             model_identity=reads.identity(host, p.model_path) or "missing",
@@ -232,7 +239,7 @@ class SGLangServer(Stage, kind="sglang_server"):
         replaced by placeholders and --host by <host> (rules.py)."""
         p = self.params
         paths = {"model_path": p.model_path, "draft_model_path": p.draft_model_path,
-                 "state_dir": p.state_dir, "cache_dir": p.cache_dir or self._layout.cache,
+                 "state_dir": p.state_dir, "cache_dir": self._cache_dir(venv),
                  "python": p.python}
         return launch_pin(desired.args, desired.env, paths, venv.sglang)
 

@@ -2,7 +2,8 @@
 
 Example: playbooks/kimi-k2.6-eagle3.yaml; every param is described in its Params model.
 
-Polls FROM THE HOST through the agent's `http` probe: connection refused (weights loading) or 503
+Polls FROM THE HOST through the agent's `http` probe (which asks again every 0.1 s for one
+poll interval, so readiness is seen at once): connection refused (weights loading) or 503
 (warming up) mean "still starting"; the console shows the elapsed time and the server's latest
 log line at every poll. If the server PROCESS is gone it fails at once with the last 50 log
 lines, never waiting out the timeout. Once /health answers 200 it checks /model_info
@@ -37,6 +38,7 @@ from orchestrator.facts.logs import LogTail
 from orchestrator.facts.server import ServerStatus
 from orchestrator.host import Host
 from orchestrator.sglang import accept as spec
+from orchestrator.sglang import timeline
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 from orchestrator.stages.sglang_server.change import indent
 from orchestrator.stages.sglang_server.layout import ServerLayout
@@ -136,48 +138,57 @@ class WaitReady(Stage, kind="wait_ready"):
             return Converged(reason) if ok else Needed(reason)
         return Converged("ready (/health 200, model_info matches)")
 
-    def _dead(self, host: Host, st: ServerStatus, elapsed: float) -> StageError:
+    def _dead(self, host: Host, st: ServerStatus, elapsed: float, pid: int | None) -> StageError:
+        """The server exited before it was ever ready. Reported at once even when its
+        supervisor restarts it: a failure during the load (a bad flag, a too-old package, a
+        kernel for another GPU) usually repeats, and each retry costs the whole load."""
         deadline = time.monotonic() + 3.0
         while st.exit is None and st.process.supervisor_alive and time.monotonic() < deadline:
             time.sleep(0.05)  # the supervisor is still writing the exit record
             st = self._server_state(host) or st
         path, lines = self._log_tail(host)
         text = "\n".join(lines) or "(the log is empty)"
-        gave_up = f" (its supervisor gave up: {st.exit.reason})" if st.exit and \
-            st.exit.gave_up else ""
+        then = ""
+        if st.exit and st.exit.gave_up:
+            then = f" (its supervisor gave up: {st.exit.reason})"
+        elif st.running or st.restarting:
+            then = f" (its supervisor is restarting it: restart {st.restarts})"
+        cause = f": {st.last_cause}" if st.last_cause else ""
         return StageError(
-            f"the SGLang server (pid {st.process.pid}) {rules.exit_how(st.exit)} "
-            f"{elapsed:.0f}s into its start{gave_up}; last {len(lines)} lines of {path}:\n"
+            f"the SGLang server (pid {pid or st.process.pid}) {rules.exit_how(st.exit)} "
+            f"{elapsed:.0f}s into its start{cause}{then}; last {len(lines)} lines of {path}:\n"
             f"{indent(text)}",
-            hint="fix what the log says, then deploy again (sglang_server restarts it)")
+            hint="fix what the log says, then deploy again (sglang_server restarts it; "
+            "`orchestrator stop` ends the retries)")
 
-    def _started_at(self, host: Host) -> float | None:
+    def _started(self, host: Host) -> ServerStatus | None:
         st0 = self._server_state(host)
-        if st0 is None:
-            return None
-        if st0.pidfile is None:
+        if st0 is not None and st0.pidfile is None:
             raise StageError(f"no server was started from {self.params.state_dir} (no "
                              "server.pid)",
                              hint="run the sglang_server stage first (state_dir must match)")
-        return st0.pidfile.started_at
+        return st0
 
     def _wait(self, host: Host, ctx: StageContext) -> float:
         p = self.params
         api = self._api(host)
         t0 = time.monotonic()
-        started_at = self._started_at(host)
+        st0 = self._started(host)
+        started_at = st0.started_at if st0 is not None else None
         while True:
             elapsed = time.monotonic() - t0
-            r = api.health(timeout=max(1.0, min(10.0, p.poll_interval * 5)))
+            # asked on the host every 0.1 s for one poll interval: ready is seen at once
+            r = api.health(timeout=max(1.0, min(10.0, p.poll_interval * 5)),
+                           until_ok=p.poll_interval)
             if r.ok:
                 return time.monotonic() - t0
             st = self._server_state(host)
-            if st is not None and not st.running and not st.restarting:
-                raise self._dead(host, st, elapsed)
-            state = rules.health_state(r) if st is None or not st.restarting else \
-                f"the server {rules.exit_how(st.exit)}; its supervisor restarts it (restart " \
-                f"{st.restarts})"
-            line = st.log_tail[-1][-160:] if st is not None and st.log_tail else ""
+            if st is not None and st0 is not None and (
+                    not st.running or st.restarts > st0.restarts):
+                raise self._dead(host, st, elapsed, st0.process.pid if st0.running else None)
+            state = rules.health_state(r)
+            line = (timeline.current(st.log_tail) or st.log_tail[-1][-160:]) \
+                if st is not None and st.log_tail else ""
             since = f", server up {time.time() - started_at:.0f}s" if started_at else ""
             ctx.progress(f"waiting for {api.base}: {state}, {elapsed:.0f}s{since}"
                          + (f" | {line}" if line else ""))
@@ -188,7 +199,7 @@ class WaitReady(Stage, kind="wait_ready"):
                     f"{api.base} was not ready after {p.timeout:.0f}s ({state}); last "
                     f"lines of {path or 'the server log'}:\n{indent(text)}",
                     hint="raise `timeout` if it is still loading, or fix what the log says")
-            ctx.sleep(p.poll_interval)  # Ctrl-C ends the wait (a real load takes 15+ minutes)
+            ctx.sleep(0.05)  # the probe waited the interval; Ctrl-C ends the wait
 
     def apply(self, host: Host, ctx: StageContext) -> None:
         """Wait for /health, then verify the model, a chat reply and the accept length."""
@@ -202,6 +213,7 @@ class WaitReady(Stage, kind="wait_ready"):
         pf = st.pidfile if st is not None else None
         if pf is not None and pf.started_at:
             ctx.record("server_up_s", round(time.time() - pf.started_at, 1))
+        self._record_timeline(host, ctx, pf.started_at if pf is not None else None)
         model = self._verify_model(api, ctx)
         ctx.progress(f"ready after {waited:.0f}s; smoke test: one chat completion")
         ctx.record("smoke_reply", api.chat(model, p.smoke_prompt, p.smoke_max_tokens)[:120])
@@ -216,6 +228,15 @@ class WaitReady(Stage, kind="wait_ready"):
                       "model": model, "version": server_info.get("version"),
                       "accept_length": accept}
             host.write_file(layout.ready, json.dumps(marker, indent=1) + "\n", mode=0o644)
+
+    def _record_timeline(self, host: Host, ctx: StageContext, started_at: float | None) -> None:
+        """The load's phases from the server's own log (orchestrator.sglang.timeline), as the
+        fact "load_timeline" (epoch start/end) and one progress line."""
+        _path, lines = self._log_tail(host, n=5000)
+        phases = timeline.anchored(timeline.parse(lines), started_at)
+        if phases:
+            ctx.record("load_timeline", [ph.to_json() for ph in phases])
+            ctx.progress("load: " + timeline.summary(phases))
 
     def _verify_model(self, api: ServerApi, ctx: StageContext) -> str:
         """/model_info's architectures, and the model name to chat with."""

@@ -35,8 +35,12 @@ class ServerApi:
             h["Authorization"] = f"Bearer {self.api_key}"
         return h
 
-    def health(self, timeout: float = 10.0) -> HttpAnswer:
-        """/health (no key: SGLang serves it to anyone)."""
+    def health(self, timeout: float = 10.0, until_ok: float = 0.0) -> HttpAnswer:
+        """/health (no key: SGLang serves it to anyone); with UNTIL_OK seconds, asked again
+        on the host every 0.1 s until it answers 200 or the time is up."""
+        if until_ok:
+            return self.host.fact(HttpAnswer, url=self.base + "/health", timeout=timeout,
+                                  until_ok=until_ok)
         return self.host.fact(HttpAnswer, url=self.base + "/health", timeout=timeout)
 
     def get(self, path: str, timeout: float = 10.0) -> HttpAnswer:

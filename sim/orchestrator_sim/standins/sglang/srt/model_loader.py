@@ -11,11 +11,13 @@ import glob
 import math
 import os
 import threading
+import time
 
-from sglang.srt import distributed, hardware
+from sglang.srt import distributed, hardware, kernel_cache
 from sglang.srt.hf_config import KIMI_K25_ARCHITECTURES, HFConfig, load_config
 from sglang.srt.server_args import ALLOW_LONGER_CONTEXT
 from sglang.srt.utils import at_least, log
+from sglang.version import __version__
 
 EAGLE3_DRAFT_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
 MLA_DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
@@ -216,8 +218,13 @@ class ModelLoader:
         static = self._free_gb * float(self.args.mem_fraction_static)
         return min(static * 0.8, 548.0 / ranks)
 
+    def _since(self, t0: float) -> float:
+        """Nominal seconds since monotonic T0 (what real SGLang's `elapsed=` would say)."""
+        return (time.monotonic() - t0) / max(hardware.time_scale(), 1e-9)
+
     def _load_target(self, cfg: HFConfig) -> None:
         total_gb = self.result.total_mib / 1024.0
+        t0 = time.monotonic()
         log(f"Load weight begin. avail mem={self._free_gb:.2f} GB", "TP0")
         shards = sorted(glob.glob(os.path.join(self.args.model_path, "*.safetensors")))
         n = max(len(shards), 1) if shards else 64
@@ -237,9 +244,10 @@ class ModelLoader:
                 f"CUDA out of memory. Tried to allocate {weights_gb:.2f} GiB. GPU 0 has a total "
                 f"capacity of {total_gb:.2f} GiB of which {self._free_gb:.2f} GiB is free.")
         self._weights_gb = weights_gb
-        log(f"Load weight end. type={cfg.arch}, dtype=torch.bfloat16, "
-            f"avail mem={self._free_gb - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB.",
-            "TP0")
+        # the real line: model_runner.py:1041-1047 (0.5.9), :1373-1379 (0.5.23)
+        log(f"Load weight end. elapsed={self._since(t0):.2f} s, type={cfg.arch}, "
+            f"dtype=torch.bfloat16, avail mem={self._free_gb - weights_gb:.2f} GB, "
+            f"mem usage={weights_gb:.2f} GB.", "TP0")
 
     def _load_draft(self, cfg: HFConfig) -> None:
         args = self.args
@@ -270,6 +278,7 @@ class ModelLoader:
         same_as_target = os.path.realpath(draft_path) == os.path.realpath(args.model_path)
         self._check_draft_class(dcfg)
         self._check_draft_context(cfg, dcfg)
+        t0 = time.monotonic()
         log(f"Load weight begin. avail mem={self._free_gb - self._weights_gb:.2f} GB", "TP0")
         if same_as_target and cfg.arch in ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM"):
             # the draft of a DeepSeek V3 checkpoint is its MTP module, DeepseekV3ForCausalLMNextN
@@ -281,7 +290,8 @@ class ModelLoader:
             self.result.spec = (_spec_profile(algo, cfg, False, shape) if mtp else
                                 SpecProfile(True, 1.0, **shape,
                                             note="MTP draft without MTP weights"))
-            log("Load weight end. type=DeepseekV3ForCausalLMNextN, dtype=torch.bfloat16, "
+            log(f"Load weight end. elapsed={self._since(t0):.2f} s, "
+                "type=DeepseekV3ForCausalLMNextN, dtype=torch.bfloat16, "
                 f"avail mem={self._free_gb - self._weights_gb - 0.75:.2f} GB, mem usage=0.75 GB.",
                 "TP0")
             return
@@ -299,9 +309,10 @@ class ModelLoader:
         self._check_draft_weights(cfg, dcfg)
         draft_gb = self._weights_per_gpu_gb(dcfg) if dcfg.weight_bytes else 0.75
         self._draft_gb = draft_gb
-        log(f"Load weight end. type={dcfg.arch}, dtype=torch.bfloat16, "
-            f"avail mem={self._free_gb - self._weights_gb - draft_gb:.2f} GB, "
-            f"mem usage={draft_gb:.2f} GB.", "TP0")
+        left = self._free_gb - self._weights_gb - draft_gb
+        log(f"Load weight end. elapsed={self._since(t0):.2f} s, type={dcfg.arch}, "
+            f"dtype=torch.bfloat16, avail mem={left:.2f} GB, mem usage={draft_gb:.2f} GB.",
+            "TP0")
         self.result.spec = _spec_profile(algo, dcfg, same_as_target, shape)
 
     def _check_draft_class(self, dcfg: HFConfig) -> None:
@@ -425,11 +436,34 @@ class ModelLoader:
         self.result.cuda_graph_max_bs = 0 if disabled else int(max_bs)
         if disabled:
             return
-        log("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB"
-            % (self.result.total_mib / 1024.0 * 0.04), "TP0")
-        self._sleep(30.0)
-        log("Capture cuda graph end. Time elapsed: 30.00 s. mem usage=1.20 GB. avail mem=%.2f GB."
-            % (self.result.total_mib / 1024.0 * 0.03), "TP0")
+        t0 = time.monotonic()
+        before, after = self.result.total_mib / 1024.0 * 0.04, self.result.total_mib / 1024.0 * 0.03
+        if at_least(0, 5, 23):  # model_runner_components/cuda_graph_setup.py:758-791 (0.5.23)
+            what = "target verify" if self.result.spec.enabled else "target decode"
+            log(f"Capture {what} CUDA graph begin. backend=full, num_tokens_per_req=1, "
+                f"avail mem={before:.2f} GB", "TP0")
+        else:  # model_runner.py:2146-2161 (0.5.9)
+            log("Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={before:.2f} GB", "TP0")
+        key = self._cache_key(max_bs)
+        warm = kernel_cache.warm(key)
+        self._sleep(kernel_cache.WARM_S if warm else kernel_cache.COLD_S)
+        if not warm:
+            kernel_cache.store(key)
+        took = self._since(t0)
+        if at_least(0, 5, 23):
+            log(f"Capture {what} CUDA graph end. bs={max_bs}, elapsed={took:.2f} s, "
+                f"mem usage=1.20 GB, avail mem={after:.2f} GB.", "TP0")
+        else:
+            log(f"Capture cuda graph end. Time elapsed: {took:.2f} s. mem usage=1.20 GB. "
+                f"avail mem={after:.2f} GB.", "TP0")
+
+    def _cache_key(self, max_bs: int) -> str:
+        """What the kernels compiled during capture depend on (release, GPU, model, shapes)."""
+        args, cfg = self.args, self.result.hf_config
+        return "|".join(str(x) for x in (
+            __version__, self.result.total_mib, getattr(cfg, "arch", None), args.tp_size,
+            max_bs, self.result.spec.enabled, args.speculative_num_draft_tokens))
 
 
 def _env_on(name: str) -> bool:

@@ -32,7 +32,12 @@ def at_least(*version: int) -> bool:
 
 
 def _stamp() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S")
+    """asctime as SGLang's logger writes it, `.mmm` added with SGLANG_LOG_MS=1
+    (configure_logger: srt/utils/common.py:1227-1232 (0.5.9), :2629-2637 (0.5.23))."""
+    now = time.time()
+    ms = f".{int(now * 1000) % 1000:03d}" if os.environ.get("SGLANG_LOG_MS", "").lower() in (
+        "1", "true", "yes") else ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + ms
 
 
 def log(message: str, rank: str = "") -> None:
