@@ -29,6 +29,7 @@ from typing import Any
 from orchestrator.errors import PreflightError
 from orchestrator.sglang.flags import FlagSet, flags_for
 from orchestrator.sglang.hfconfig import Config, quant_formats
+from orchestrator.sglang.multinode import NodeGroup
 from orchestrator.sglang.rules import EXPENSIVE, Finding, Gpu, Launch, Options, evaluate
 from orchestrator.sglang.rules.quantization import NVFP4_FORMAT
 
@@ -80,6 +81,8 @@ class LaunchRequest:
     model_path: str
     draft_model_path: str | None = None
     extra_args: list[str] = field(default_factory=list)
+    #: the playbook's node group for this host (the stage's `nodes`); None: a single node
+    group: NodeGroup | None = None
 
 
 @dataclass
@@ -241,6 +244,43 @@ def _check_extra_args(request: LaunchRequest, flags: FlagSet, report: Report) ->
                           "instead (the stage checks that address and fingerprints that model)")
 
 
+#: the flags the stage writes from `nodes` (multinode.NodeGroup.args)
+_GROUP_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
+
+
+def _check_group_flags(request: LaunchRequest, flags: FlagSet, report: Report) -> None:
+    """--nnodes/--node-rank/--dist-init-addr in extra_args must agree with the playbook's group.
+
+    A server told of peers the playbook does not start waits for them in torch.distributed's
+    rendezvous until --dist-timeout (multinode.py); one told of fewer forms a group without the
+    others. Either way the deploy waits out the whole ready timeout.
+    """
+    given = parse_options(request.extra_args, flags, Report())
+    group = request.group
+    values = (group.nnodes, group.rank, group.dist_init_addr) if group else (1, 0, None)
+    wanted = dict(zip(_GROUP_FLAGS, values, strict=True))
+    fix = ("remove it from extra_args: the stage writes --nnodes/--node-rank/--dist-init-addr "
+           "from `nodes` (the inventory hosts in rank order, e.g. \"{{ groups.gpu }}\"), with "
+           "dist_init_addr/dist_init_port for node 0's address")
+    for flag in _GROUP_FLAGS:
+        value = given.get(flag)
+        if value is None:
+            continue
+        want = wanted.get(flag)
+        if want is not None and str(value) == str(want):
+            continue
+        if group is None:
+            where = ("this playbook runs a single-node server (the stage's `nodes` names no "
+                     "group)")
+        else:
+            where = (f"the playbook's group is {group.nnodes} nodes ({', '.join(group.nodes)}) "
+                     f"with this host as node rank {group.rank} and node 0 at "
+                     f"{group.dist_init_addr}, so the stage sets {flag} {want}")
+        report.refuse("stage.extra-args-vs-nodes", "sched-init",
+                      f"extra_args sets {flag} {value}, but {where}: the server would wait "
+                      f"for peers that never come until the distributed timeout; {fix}")
+
+
 def _check_configs(request: LaunchRequest, facts: HostFacts, opts: Options,
                    report: Report) -> None:
     if facts.target_config is None:
@@ -299,6 +339,7 @@ def run_preflight(request: LaunchRequest, facts: HostFacts) -> Report:
     opts = Options(parse_options(request.args, flags, report), flags)
     report.options = dict(opts.values)
     _check_extra_args(request, flags, report)
+    _check_group_flags(request, flags, report)
     _check_configs(request, facts, opts, report)
     launch = Launch(
         version=version, options=opts, model_path=request.model_path,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from orchestrator.errors import PreflightError
+from orchestrator.sglang.multinode import NodeGroup
 from orchestrator.sglang.preflight import (
     HostFacts,
     LaunchRequest,
@@ -194,3 +195,27 @@ def test_missing_sglang_and_all_problems_together() -> None:
     assert "5 problems found before launching anything" in text
     assert text.count("\n  - ") == 5
     assert "hint:" in text
+
+
+def _grouped(extra: list[str], group: NodeGroup | None) -> Report:
+    argv = ["--model-path", "/m/t", "--tp-size", "8", "--served-model-name", "kimi-k2.6",
+            "--trust-remote-code", *GOOD_SPEC, *extra, *(group.args() if group else [])]
+    return run_preflight(LaunchRequest(argv, "/m/t", "/m/d", extra, group=group), facts())
+
+
+def test_extra_args_must_agree_with_the_node_group() -> None:
+    pair = NodeGroup(("gpu-a", "gpu-b"), 1, "10.0.0.21:20000")
+    # single-node playbook, extra_args naming peers: refused with the fix (the `nodes` list)
+    lone = _grouped(["--nnodes", "2", "--node-rank", "0"], None)
+    assert lone.rules.count("stage.extra-args-vs-nodes") == 1, lone.problems
+    assert "extra_args sets --nnodes 2, but this playbook runs a single-node server" in \
+        lone.problems[0]
+    assert "`nodes`" in lone.problems[0]
+    # in a group: a value that contradicts the group is refused, naming what the stage sets
+    wrong = _grouped(["--nnodes", "4", "--dist-init-addr", "10.0.0.9:20000"], pair)
+    assert wrong.rules.count("stage.extra-args-vs-nodes") == 2, wrong.problems
+    assert "the stage sets --nnodes 2" in wrong.problems[0]
+    assert "node 0 at 10.0.0.21:20000" in wrong.problems[1]
+    # values that agree (and the harmless --nnodes 1 alone) pass
+    assert _grouped(["--nnodes", "2", "--node-rank", "1"], pair).ok
+    assert _grouped(["--nnodes=1"], None).ok

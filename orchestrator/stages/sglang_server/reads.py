@@ -239,7 +239,8 @@ def preflight(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: Ven
     """Run the preflight on the host's facts; record and log its outcome."""
     facts, gpu_note = host_facts(host, ctx, p, desired, venv, gpu)
     request = LaunchRequest(args=desired.args, model_path=p.model_path,
-                            draft_model_path=p.draft_model_path, extra_args=p.extra_args)
+                            draft_model_path=p.draft_model_path, extra_args=p.extra_args,
+                            group=desired.group)
     report = run_preflight(request, facts)
     if venv.error and not facts.sglang_version:
         report.findings[:1] = [Finding("stage.broken-venv", "start",
