@@ -66,8 +66,8 @@ soak: venv  ## 50 cycles of deploy -> reboot -> deploy on 4 flaky simulated host
 hello: venv  ## the small example playbook on localhost
 	$(BIN)/orchestrator deploy playbooks/examples/hello.yaml -i configs/inventory/local.yaml
 
-sync-sglang: venv  ## regenerate orchestrator/sglang/releases/*.json from the real SGLang wheels (network)
-	$(BIN)/python scripts/sync_sglang.py
+sync-sglang: venv  ## regenerate orchestrator/sglang/releases/*.json from the real SGLang wheels (network); ARGS=--check: change nothing, fail on a stale file or a newer release on the index
+	$(BIN)/python scripts/sync_sglang.py $(ARGS)
 
 clean:  ## remove the venv, caches and run records
 	rm -rf $(VENV) runs .sim .pytest_cache .ruff_cache *.egg-info sim/*.egg-info

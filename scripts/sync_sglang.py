@@ -2,7 +2,11 @@
 """Generate orchestrator/sglang/releases/<version>.json from the real SGLang wheels.
 
 Usage: python scripts/sync_sglang.py [--releases 0.5.9,0.5.23] [--wheels DIR] [--cache DIR]
-                                     [--out DIR] [--check]
+                                     [--out DIR] [--check [--index-url URL]]
+
+--check writes nothing: it fails when a generated file differs from what the wheel gives, or
+when the index offers a release newer than the newest supported one (a release served by an
+older table is not verified: the preflight warns about it).
 
 For each supported release the wheel is fetched with `pip download --no-deps` (into --cache,
 default .cache/sglang-wheels; --wheels DIR reuses a folder of wheels and downloads nothing), and
@@ -56,7 +60,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-RELEASES: tuple[str, ...] = ("0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.23")
+RELEASES: tuple[str, ...] = ("0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.21",
+                             "0.5.22", "0.5.23")
 DEFAULT_CACHE = REPO / ".cache" / "sglang-wheels"
 DEFAULT_OUT = REPO / "orchestrator" / "sglang" / "releases"
 GENERATED_BY = "scripts/sync_sglang.py"
@@ -76,7 +81,7 @@ ARG_UTILS = "sglang.srt.arg_groups.arg_utils"
 # left out) in the releases the reproduction was checked against, by running the real parser.
 ARG_UTILS_RULES = ("add_cli_args_from_dataclass", "_unwrap_annotated", "_unwrap_optional",
                    "_unwrap_literal", "_infer_type_func", "_field_to_cli_name")
-ARG_UTILS_CHECKED = {"0378bdf599f4d8a0": "0.5.15, 0.5.19", "0f6af12888096666": "0.5.20, 0.5.23"}
+ARG_UTILS_CHECKED = {"0378bdf599f4d8a0": "0.5.15, 0.5.19", "0f6af12888096666": "0.5.20-0.5.23"}
 # argparse (3.11): action -> (nargs, default) when the call gives none.
 BUILTIN_ACTIONS: dict[str, tuple[Any, Any]] = {
     "store": (None, None), "store_const": (0, None), "store_true": (0, False),
@@ -1395,6 +1400,27 @@ def download_wheel(version: str, cache: Path) -> Path:
     return wheel
 
 
+def index_versions(index_url: str | None = None) -> list[str]:
+    """The sglang versions the package index offers (`pip index versions`, newest first)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "sglang",
+           "--disable-pip-version-check", *(["--index-url", index_url] if index_url else [])]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    return []
+
+
+def newer_releases(offered: Iterable[str], known: Iterable[str] = RELEASES) -> list[str]:
+    """Final releases (a .postN counts as its release) newer than the newest in `known`."""
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in v.split(".post")[0].split("."))
+
+    newest = max(key(v) for v in known)
+    final = [v for v in offered if re.fullmatch(r"\d+(\.\d+)+(\.post\d+)?", v)]
+    return sorted({v.split(".post")[0] for v in final if key(v) > newest}, key=key)
+
+
 def release_data(version: str, wheel: Path) -> dict[str, Any]:
     flags, warnings = extract(Source.from_wheel(wheel))
     for warning in warnings:
@@ -1436,7 +1462,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="where pip downloads the wheels (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 when the files differ from what is there")
+                        help="write nothing; exit 1 when the files differ from what is there, "
+                        "or when the index offers a release newer than the newest supported")
+    parser.add_argument("--index-url", help="the package index asked by --check (default: "
+                        "pip's own)")
     return parser.parse_args(argv)
 
 
@@ -1447,6 +1476,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unsupported release(s) {unknown}; supported: {list(RELEASES)}", file=sys.stderr)
         return 2
+    newer: list[str] = []
+    if args.check:
+        newer = newer_releases(index_versions(args.index_url))
+        if newer:
+            print(f"newer on the index than the newest table ({RELEASES[-1]}): "
+                  f"{', '.join(newer)}: read what changed, add them to RELEASES in "
+                  "scripts/sync_sglang.py and run `make sync-sglang`", file=sys.stderr)
     data: dict[str, dict[str, Any]] = {}
     for version in versions:
         wheel = find_wheel(args.wheels, version) if args.wheels else download_wheel(
@@ -1465,7 +1501,7 @@ def main(argv: list[str] | None = None) -> int:
         stale = [n for n, text in files.items()
                  if not (args.out / n).exists() or (args.out / n).read_text() != text]
         print("up to date" if not stale else f"stale: {', '.join(stale)}", file=sys.stderr)
-        return 1 if stale else 0
+        return 1 if stale or newer else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (args.out / name).write_text(text)

@@ -30,6 +30,7 @@ from orchestrator.errors import PreflightError
 from orchestrator.sglang.flags import FlagSet, flags_for
 from orchestrator.sglang.hfconfig import Config, quant_formats
 from orchestrator.sglang.multinode import NodeGroup
+from orchestrator.sglang.releases import RELEASES
 from orchestrator.sglang.rules import EXPENSIVE, Finding, Gpu, Launch, Options, evaluate
 from orchestrator.sglang.rules.quantization import NVFP4_FORMAT
 
@@ -336,6 +337,13 @@ def run_preflight(request: LaunchRequest, facts: HostFacts) -> Report:
         report.refuse("stage.unsupported-release", "start", str(exc).strip("'\""))
         return report
     report.flags_source = flags.source
+    if not flags.authoritative:
+        report.warn("stage.unverified-release",
+                    f"sglang {version} is not a verified release: it has no table of its own "
+                    f"(verified: {', '.join(RELEASES)}), so its flags and rules are those of "
+                    f"{flags.data_version}, the nearest older one, and may miss what changed "
+                    f"since. Pin a verified release in the pip stage, or add {version} to "
+                    "scripts/sync_sglang.py and run `make sync-sglang`")
     opts = Options(parse_options(request.args, flags, report), flags)
     report.options = dict(opts.values)
     _check_extra_args(request, flags, report)

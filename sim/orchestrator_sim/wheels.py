@@ -36,9 +36,10 @@ STANDINS_DIR = Path(__file__).resolve().parent / "standins"
 # The releases the simulated index offers, and what each declares (FACTS.md "compressed-tensors").
 SGLANG_RELEASES: dict[str, list[str]] = {
     # Requires-Dist of the real wheels' METADATA: `compressed-tensors` unpinned in 0.5.9 and
-    # 0.5.15, `compressed-tensors==0.18.0` in 0.5.19 (checked for each supported release)
+    # 0.5.15, `compressed-tensors==0.18.0` from 0.5.19 (checked for each supported release)
     **{v: ["compressed-tensors"] for v in ("0.5.9", "0.5.10", "0.5.12", "0.5.15")},
-    **{v: ["compressed-tensors==0.18.0"] for v in ("0.5.19", "0.5.20", "0.5.23")},
+    **{v: ["compressed-tensors==0.18.0"] for v in ("0.5.19", "0.5.20", "0.5.21", "0.5.22",
+                                                    "0.5.23")},
 }
 #: the generated flag data of each release (scripts/sync_sglang.py), shipped inside the
 #: stand-in wheel as sglang/_release_flags.json: the stand-in builds its argparse from it

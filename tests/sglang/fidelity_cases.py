@@ -15,7 +15,8 @@ from typing import Any
 
 from orchestrator_sim.hubrepos import eagle3_config
 
-RELEASES = ("0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.23")
+RELEASES = ("0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
+            "0.5.23")
 FAMILIES = {"0.5.9-0.5.10": RELEASES[:2], "0.5.12-0.5.19": RELEASES[2:5],
             "0.5.20-0.5.23": RELEASES[5:]}
 WEIGHTS = 548_000_000_000  # K2.x checkpoint index total_size

@@ -119,6 +119,12 @@ def test_eagle_launches_without_a_draft_path() -> None:
 def test_versions_between_supported_releases_use_the_older_data() -> None:
     report = check(extra=["--enable-p2p-check"], version="0.5.11")
     assert report.flags_source == "nearest" and report.ok, report.problems
+    # served by the older table, but never silently: one warning names both releases
+    unverified = [w for w in report.warnings if "not a verified release" in w]
+    assert len(unverified) == 1 and "are those of 0.5.10" in unverified[0], report.warnings
+    assert not any("not a verified release" in w for w in check(version="0.5.22").warnings)
+    newer = check(version="0.5.24").warnings
+    assert any("sglang 0.5.24 is not a verified release" in w and "0.5.23" in w for w in newer)
     unknown = check(extra=["--no-such-flag"], version="0.5.11")
     assert unknown.ok and any("could not be verified" in w for w in unknown.warnings)
     refused = check(extra=["--no-such-flag"], version="0.5.10")

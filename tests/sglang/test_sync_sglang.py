@@ -452,6 +452,31 @@ def test_main_writes_deterministic_files_and_check(tmp_path: Path) -> None:
     assert sync.main(["--releases", "0.5.8", "--wheels", str(wheels)]) == 2
 
 
+def test_check_names_releases_newer_than_the_newest_table(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    from orchestrator_sim.pkgindex import PackageIndex
+
+    wheels, out, offered = tmp_path / "wheels", tmp_path / "out", tmp_path / "index"
+    build_wheel(wheels, "0.5.9", old_style_files())
+    argv = ["--wheels", str(wheels), "--out", str(out), "--releases", "0.5.9"]
+    assert sync.main(argv) == 0
+    newest = releases.RELEASES[-1]
+    for version in ("0.5.9", newest, f"{newest}.post1", "9.0.0rc1"):
+        build_wheel(offered, version, {})
+    index = PackageIndex([offered])
+    index.start()
+    try:
+        check = [*argv, "--check", "--index-url", index.url]
+        assert sync.main(check) == 0, capsys.readouterr().err  # a .post and an rc: not newer
+        build_wheel(offered, "9.0.1", {})
+        assert sync.main(check) == 1
+    finally:
+        index.stop()
+    err = capsys.readouterr().err
+    assert f"newer on the index than the newest table ({newest}): 9.0.1:" in err
+    assert "make sync-sglang" in err
+
+
 def test_download_uses_pip_for_the_platform_wheel(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
@@ -475,7 +500,7 @@ def test_download_uses_pip_for_the_platform_wheel(tmp_path: Path,
 
 def test_loader_exact_fallback_and_below_oldest() -> None:
     assert releases.RELEASES == ("0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20",
-                                 "0.5.23")
+                                 "0.5.21", "0.5.22", "0.5.23")
     exact = releases.load_release("0.5.12")
     assert (exact["version"], exact["release"], exact["exact"]) == ("0.5.12", "0.5.12", True)
     between = releases.load_release("0.5.11")

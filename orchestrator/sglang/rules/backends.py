@@ -170,13 +170,13 @@ def cutedsl_mla_gpu(launch: Launch) -> Iterator[str]:
         yield f"cutedsl_mla needs sm_100; this host's GPUs are {_sm(launch)}. {FIX_SENTENCE}"
 
 
-@rule("backends.tokenspeed-mla-kv", "start", since="0.5.12", until="0.5.20")
+@rule("backends.tokenspeed-mla-kv", "start", since="0.5.12", until="0.5.22")
 def tokenspeed_kv(launch: Launch) -> Iterator[str]:
     """tokenspeed_mla needs an fp8_e4m3 KV cache (and a Blackwell GPU).
 
     "tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3": server_args.py:2734-2750
     (0.5.12); arg_groups/overrides.py:1605-1615 (0.5.15), :1227-1237 (0.5.19), :1265-1275
-    (0.5.20).
+    (0.5.20), :1149-1160 (0.5.21), :1168-1179 (0.5.22); 0.5.23 makes it an alias of cutedsl_mla.
     """
     if "tokenspeed_mla" in _target_backends(launch).values():
         kv = launch.options.get("--kv-cache-dtype") or "auto"

@@ -121,11 +121,12 @@ def pp_with_speculative(launch: Launch) -> Iterator[str]:
 
     "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, ...":
     server_args.py:5136-5141 (0.5.9), :6074 (0.5.10), :7250-7253 (0.5.12), :6575 (0.5.15);
-    arg_groups/validation_hook.py:54 (0.5.19), :81-84 (0.5.20); 0.5.23 allows only EAGLE
-    (non-multi-layer): arg_groups/validation_hook.py:119-138 (0.5.23).
+    arg_groups/validation_hook.py:54 (0.5.19), :81-84 (0.5.20); from 0.5.21 only EAGLE
+    (non-multi-layer) is allowed: arg_groups/validation_hook.py:38-56 (0.5.21), :118-137
+    (0.5.22), :119-138 (0.5.23).
     """
     pp = launch.options.int("--pp-size", "--pipeline-parallel-size") or 1
     algo = launch.algorithm
-    if pp > 1 and algo and not (launch.at_least(0, 5, 23) and algo == "EAGLE"):
+    if pp > 1 and algo and not (launch.at_least(0, 5, 21) and algo == "EAGLE"):
         yield (f"pp {pp} with speculative algorithm {algo}: sglang {launch.version} refuses "
                "pipeline parallelism with speculative decoding; use tp only (pp 1)")

@@ -259,5 +259,5 @@ def preflight(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: Ven
         "native": None if native is None else ("ok" if native.ok else native.kind)
         if native.available else "unavailable"})
     for w in report.warnings:
-        ctx.log.warning("sglang.preflight", warning=w)
+        ctx.warn("sglang.preflight", w)
     return report

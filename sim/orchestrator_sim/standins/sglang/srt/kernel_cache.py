@@ -33,7 +33,7 @@ WARM_S = 30.0  # capture alone: every kernel comes from the caches
 def _dirs() -> list[str]:
     home = os.path.expanduser("~")
     base = os.environ.get("SGLANG_CACHE_DIR") or os.path.join(home, ".cache", "sglang")
-    if at_least(0, 5, 23):
+    if at_least(0, 5, 19):  # _default_cache_subdir: environ.py:31, :1078 (0.5.19)
         dg = os.environ.get("SGLANG_DG_CACHE_DIR") or os.path.join(base, "deep_gemm")
         triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(base, "triton")
     else:

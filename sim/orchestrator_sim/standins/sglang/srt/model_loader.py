@@ -438,11 +438,18 @@ class ModelLoader:
             return
         t0 = time.monotonic()
         before, after = self.result.total_mib / 1024.0 * 0.04, self.result.total_mib / 1024.0 * 0.03
-        if at_least(0, 5, 23):  # model_runner_components/cuda_graph_setup.py:758-791 (0.5.23)
-            what = "target verify" if self.result.spec.enabled else "target decode"
-            log(f"Capture {what} CUDA graph begin. backend=full, num_tokens_per_req=1, "
-                f"avail mem={before:.2f} GB", "TP0")
-        else:  # model_runner.py:2146-2161 (0.5.9)
+        # the decode capture's lines per release: model_runner.py:2146-2161 (0.5.9-0.5.12);
+        # model_runner.py:2667-2695 (0.5.15, num_tokens_per_bs and bs= in begin);
+        # model_runner_components/cuda_graph_setup.py:551-575 (0.5.19), :571-596 (0.5.20),
+        # :720-745 (0.5.21) (bs= in begin); :716-749 (0.5.22), :758-791 (0.5.23) (bs= in end)
+        what = "target verify" if self.result.spec.enabled else "target decode"
+        width = "num_tokens_per_bs" if not at_least(0, 5, 19) else "num_tokens_per_req"
+        bs_in_end = at_least(0, 5, 22)
+        if at_least(0, 5, 15):
+            log(f"Capture {what} CUDA graph begin. backend=full, {width}=1, "
+                + ("" if bs_in_end else f"bs={list(range(1, int(max_bs) + 1))[-3:]}, ")
+                + f"avail mem={before:.2f} GB", "TP0")
+        else:
             log("Capture cuda graph begin. This can take up to several minutes. "
                 f"avail mem={before:.2f} GB", "TP0")
         key = self._cache_key(max_bs)
@@ -451,9 +458,9 @@ class ModelLoader:
         if not warm:
             kernel_cache.store(key)
         took = self._since(t0)
-        if at_least(0, 5, 23):
-            log(f"Capture {what} CUDA graph end. bs={max_bs}, elapsed={took:.2f} s, "
-                f"mem usage=1.20 GB, avail mem={after:.2f} GB.", "TP0")
+        if at_least(0, 5, 15):
+            log(f"Capture {what} CUDA graph end. " + (f"bs={max_bs}, " if bs_in_end else "")
+                + f"elapsed={took:.2f} s, mem usage=1.20 GB, avail mem={after:.2f} GB.", "TP0")
         else:
             log(f"Capture cuda graph end. Time elapsed: {took:.2f} s. mem usage=1.20 GB. "
                 f"avail mem={after:.2f} GB.", "TP0")

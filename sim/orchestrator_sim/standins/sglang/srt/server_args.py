@@ -336,7 +336,9 @@ class ServerArgs:
     def _handle_spec_overlap(self) -> None:
         if at_least(0, 5, 15):
             # no v1 worker any more; the variable is ignored (speculative_hook.py:75-80)
-            if os.environ.get("SGLANG_ENABLE_SPEC_V2") and not at_least(0, 5, 23):
+            # the message: speculative_hook.py:77 (0.5.15), :109 (0.5.19), :110 (0.5.20); gone
+            # from 0.5.21
+            if os.environ.get("SGLANG_ENABLE_SPEC_V2") and not at_least(0, 5, 21):
                 log("SGLANG_ENABLE_SPEC_V2 has been removed: spec v2 is always on.")
             return
         if at_least(0, 5, 12):  # default on (environ.py:470 (0.5.12))
@@ -360,7 +362,8 @@ class ServerArgs:
         assert (self.tp_size * self.pp_size) % self.nnodes == 0, \
             "tp_size must be divisible by number of nodes"
         if self.pp_size > 1 and self.speculative_algorithm is not None and not (
-                at_least(0, 5, 23) and self.speculative_algorithm == "EAGLE"):
+                at_least(0, 5, 21) and self.speculative_algorithm == "EAGLE"):
+            # EAGLE allowed from 0.5.21: validation_hook.py:38-56 (0.5.21), :118-137 (0.5.22)
             raise ValueError("Pipeline parallelism is not compatible with overlap schedule, "
                              "speculative decoding, mixed chunked prefill.")
         name = self.served_model_name
@@ -417,7 +420,8 @@ def default_mem_fraction_static(self: ServerArgs) -> float:
     gpus = hardware.visible_gpus()
     gpu_mem = min((int(g.get("memory_total_mib", 0)) for g in gpus), default=0) or None
     if gpu_mem is None:
-        return 0.88 if not at_least(0, 5, 23) else 0.95
+        # no GPU memory known: memory_hook.py:266 (0.5.19) 0.88; :320 (0.5.20) 0.95
+        return 0.88 if not at_least(0, 5, 20) else 0.95
     chunked = self.chunked_prefill_size or 8192
     max_bs = 512 if self.tp_size >= 4 else 256
     reserved = 512 + max(chunked, 2048) * 1.5 + max_bs * 2 + self.tp_size * self.pp_size / 8 \

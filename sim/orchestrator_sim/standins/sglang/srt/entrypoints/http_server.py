@@ -141,7 +141,7 @@ class App:
         if new:
             for key in ("load_format", "reasoning_parser", "tool_call_parser"):
                 info[key] = getattr(args, key, None)
-            if at_least(0, 5, 23):
+            if at_least(0, 5, 21):  # hs:812-813 (0.5.21), :818 (0.5.22), :834 (0.5.23)
                 info["disaggregation_mode"] = getattr(args, "disaggregation_mode", "null")
         info.update({
             "has_image_understanding": cfg.arch in KIMI_K25_ARCHITECTURES,
@@ -171,7 +171,7 @@ class App:
         internal = self.scheduler.internal_state() if self.scheduler else None
         info["internal_states"] = [internal] if internal is not None else []
         info["version"] = __version__
-        if at_least(0, 5, 23):
+        if at_least(0, 5, 21):  # hs:868 (0.5.21), :873 (0.5.22), :889 (0.5.23)
             info["frontend"] = "python"
         return info
 
@@ -232,7 +232,7 @@ def spec_meta(req: Req, num_draft_tokens: int) -> dict:
             meta["spec_num_correct_drafts"] = req.correct_drafts
             meta["spec_num_proposed_drafts"] = proposed
             meta["spec_verify_ct"] = verify
-            if not at_least(0, 5, 23):
+            if not at_least(0, 5, 21):  # aliases: tm:2978-2991 (0.5.20); gone in 0.5.21
                 meta["spec_accepted_drafts"] = req.correct_drafts
                 meta["spec_proposed_drafts"] = proposed
         else:
@@ -242,7 +242,7 @@ def spec_meta(req: Req, num_draft_tokens: int) -> dict:
     if req.histogram:
         if at_least(0, 5, 12):
             meta["spec_correct_drafts_histogram"] = list(req.histogram)
-            if not at_least(0, 5, 23):
+            if not at_least(0, 5, 21):
                 meta["spec_accept_histogram"] = list(req.histogram)
         else:
             meta["spec_accept_histogram"] = list(req.histogram)
@@ -845,7 +845,7 @@ def launch_server(server_args) -> int:
             log(f"Dummy health check server started in background thread at {host}:{port}")
             app.state = "ready"
             stop.wait()
-            if at_least(0, 5, 23):
+            if at_least(0, 5, 21):  # engine.py:1195 (0.5.21), :1263 (0.5.22)
                 # SIGTERM is ignored: rank 0's ShutdownReq (here: the group link closing) or
                 # the caller's SIGKILL ends this rank (engine.py:1259-1271 (0.5.23))
                 log(f"SIGTERM received on node_rank {server_args.node_rank}; waiting for the "
