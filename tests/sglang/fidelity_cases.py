@@ -40,6 +40,8 @@ EAGLE3_MLA = {**EAGLE3, "architectures": ["Eagle3DeepseekV2ForCausalLM"], "q_lor
               "kv_lora_rank": 512}
 SPEC = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+TREE = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"]
 
 Outcome = Any  # "ok" or (phase, rule id)
 
@@ -57,7 +59,9 @@ class Case:
     draft_path: bool = True
     cc: str = "12.0"
     env: dict[str, str] = field(default_factory=dict)
-    mem_fraction: str | None = "0.88"
+    #: 0.9: K2.x at tp 8 on 96 GB then holds ~300k tokens, clear of its 262144 context both
+    #: ways (the KV pool rule's margin); 0.88 sits within 5% of it
+    mem_fraction: str | None = "0.9"
     served_name: str | None = "kimi"
 
     def outcome(self, release: str) -> Outcome:
@@ -97,7 +101,12 @@ CASES: list[Case] = [
                                  "0.5.10": "ok"}, target=K26,
          args=["--attention-backend", "flashinfer", "--context-length", "262144"]),
     Case("k26-default-memory-and-backend", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
-                                            "0.5.10": "ok"}, target=K26, mem_fraction=None),
+                                            "0.5.10": ("silent", "memory.kv-pool-below-context")},
+         target=K26, mem_fraction=None),  # the default fraction holds ~72k-131k tokens
+    Case("k26-default-memory-32k-context", {"0.5.9": ("after-load",
+                                                      "speculative.kimi-k25-eagle"),
+                                            "0.5.10": "ok"},
+         target=K26, mem_fraction=None, args=["--context-length", "32768"]),
     Case("k2-eagle3", OK),
     Case("k2-no-speculation", OK, spec=[], draft_path=False),
     # --- argparse, from the generated flag files
@@ -207,7 +216,55 @@ CASES: list[Case] = [
     Case("static-fraction-too-small", _all(("after-load",
                                             "memory.weights-exceed-static-fraction")),
          mem_fraction="0.6"),
-    Case("static-fraction-just-enough", OK, mem_fraction="0.7"),
+    Case("static-fraction-just-enough", OK, mem_fraction="0.7",
+         args=["--context-length", "16384"]),
     Case("half-the-gpus", _all(("after-load", "memory.weights-exceed-static-fraction")),
          args=["--tp-size", "4"]),
+    # --- round 3: what the draft worker, the CUDA-graph runners and the first forward find
+    # (speculative/draft_utils.py, layers/attention/flashinfer_mla_backend.py,
+    # speculative/eagle_utils.py, models/deepseek_v2.py, eagle_worker_v2.py)
+    Case("flashinfer-mla-tree-verify", _all(("silent", "backends.flashinfer-mla-tree-verify")),
+         spec=TREE, args=["--attention-backend", "flashinfer"]),
+    Case("triton-mla-tree", OK, spec=TREE, args=["--attention-backend", "triton"]),
+    Case("default-backend-tree-on-sm120", OK, spec=TREE),  # MLA on sm_120: triton
+    Case("mla-drafter-flashinfer-tree", {"0.5.9": ("after-load", "drafter.mla-needs-0.5.12"),
+                                         "0.5.12": ("after-load", "drafter.mla-flashinfer-topk")},
+         spec=TREE, draft=EAGLE3_MLA, args=["--attention-backend", "flashinfer"]),
+    Case("mla-drafter-flashinfer-chain", {"0.5.9": ("after-load", "drafter.mla-needs-0.5.12"),
+                                          "0.5.12": "ok"},
+         draft=EAGLE3_MLA, args=["--attention-backend", "flashinfer"]),
+    Case("prefill-backend-without-eagle", _all(("after-load",
+                                                "backends.no-eagle-draft-backend")),
+         args=["--attention-backend", "flashinfer", "--prefill-attention-backend",
+               "torch_native"]),
+    Case("draft-tokens-exceed-tree", _all(("first-request",
+                                           "speculative.draft-tokens-exceed-tree")),
+         spec=["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "1",
+               "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
+         args=["--attention-backend", "triton"]),
+    Case("draft-tokens-fill-the-tree", OK,
+         spec=["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "1",
+               "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "5"],
+         args=["--attention-backend", "triton"]),
+    Case("rejection-sampling-draft-vocab", {"0.5.9": ("argparse", "argparse.unknown"),
+                                            "0.5.15": ("after-load",
+                                                       "speculative.rejection-sampling-vocab")},
+         args=["--speculative-use-rejection-sampling"]),
+    Case("rejection-sampling-full-vocab", {"0.5.9": ("argparse", "argparse.unknown"),
+                                           "0.5.15": "ok"},
+         draft={**EAGLE3, "draft_vocab_size": None}, args=["--speculative-use-rejection-sampling"]),
+    Case("aux-layer-past-the-target", {"0.5.9": ("first-request", "drafter.aux-layer-ids"),
+                                       "0.5.19": ("after-load", "drafter.aux-layer-ids")},
+         draft={**EAGLE3, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 60],
+                                           "use_aux_hidden_state": True}}),
+    Case("aux-layer-shift-until-0.5.12", {"0.5.9": ("first-request", "drafter.aux-layer-ids"),
+                                          "0.5.15": "ok"},
+         draft={**EAGLE3, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 60],
+                                           "use_aux_hidden_state": True}}),
+    Case("token-map-with-eagle3", OK, args=["--speculative-token-map", "/x/hot.pt"]),
+    # --- the KV pool, predicted from the real formulas (rules/memory.py; the stand-in's own)
+    Case("pool-below-context-at-0.7", _all(("silent", "memory.kv-pool-below-context")),
+         mem_fraction="0.7"),
+    Case("pool-holds-a-shorter-context", OK, mem_fraction="0.7",
+         args=["--context-length", "8192"]),
 ]
