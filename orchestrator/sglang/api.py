@@ -54,3 +54,21 @@ def spec_request(model: str, prompt: str, max_tokens: int, version: str | None,
     body = {"text": prompt, "sampling_params": {
         "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}}
     return "/generate", body, accept.from_generate
+
+
+def generate_body(prompt: str, max_tokens: int) -> dict[str, Any]:
+    """/generate with greedy sampling (temperature 0): the text is a pure function of the
+    model's weights and the prompt, with or without speculation: a verified draft changes how
+    fast tokens come, never which. Greedy verification keeps only drafts equal to the
+    target's own argmax: verify_tree_greedy_func, speculative/eagle_info.py:303-313 (0.5.9);
+    speculative/eagle_utils.py:650 and :691 (0.5.23)."""
+    return {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}}
+
+
+def generate_text(answer: Any) -> str:
+    """/generate's text; ValueError when the answer is not a generate reply."""
+    if isinstance(answer, list) and answer:
+        answer = answer[0]
+    if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+        raise ValueError("not a /generate reply")
+    return str(answer["text"])

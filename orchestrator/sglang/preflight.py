@@ -32,6 +32,7 @@ from orchestrator.sglang.hfconfig import Config, quant_formats
 from orchestrator.sglang.multinode import NodeGroup
 from orchestrator.sglang.releases import RELEASES
 from orchestrator.sglang.rules import EXPENSIVE, Finding, Gpu, Launch, Options, evaluate
+from orchestrator.sglang.rules.memory import KvPool, predict
 from orchestrator.sglang.rules.quantization import NVFP4_FORMAT
 
 __all__ = ["NVFP4_FORMAT", "HostFacts", "LaunchRequest", "NativeCheck", "Report",
@@ -94,6 +95,8 @@ class Report:
     options: dict[str, Any] = field(default_factory=dict)
     flags_source: str = "release"
     native: NativeCheck | None = None
+    #: the KV pool predicted from the release's formulas (rules/memory.py), when knowable
+    kv_pool: KvPool | None = None
 
     def refuse(self, rule: str, phase: str, message: str) -> None:
         self.findings.append(Finding(rule, phase, message))
@@ -357,5 +360,6 @@ def run_preflight(request: LaunchRequest, facts: HostFacts) -> Report:
         compressed_tensors_version=facts.compressed_tensors_version,
         nvfp4_known=facts.nvfp4_known, nvfp4_error=facts.nvfp4_error)
     report.findings += evaluate(launch)
+    report.kv_pool = predict(launch)
     _check_native(facts.native, report)
     return report

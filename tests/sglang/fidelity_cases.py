@@ -209,7 +209,7 @@ CASES: list[Case] = [
     Case("cutedsl-mla-on-sm120", {"0.5.9": ("argparse", "argparse.choice"),
                                   "0.5.15": ("start", "backends.cutedsl-mla")},
          args=["--attention-backend", "cutedsl_mla"]),
-    Case("cutlass-mla-eagle", {"0.5.9": ("after-load", "backends.cutlass-mla-eagle"),
+    Case("cutlass-mla-eagle", {"0.5.9": ("after-load", "backends.no-eagle-draft-backend"),
                                "0.5.20": ("argparse", "argparse.choice")},
          args=["--attention-backend", "cutlass_mla"]),
     # --- memory (kv cache pool sizing after the load)

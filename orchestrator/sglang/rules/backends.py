@@ -185,14 +185,90 @@ def tokenspeed_kv(launch: Launch) -> Iterator[str]:
                    f"--kv-cache-dtype fp8_e4m3, or {FIX}")
 
 
-@rule("backends.cutlass-mla-eagle", "after-load", until="0.5.19")
-def cutlass_mla_eagle(launch: Launch) -> Iterator[str]:
-    """EAGLE's draft backends have no cutlass_mla entry.
+def _draft_map(launch: Launch) -> set[str]:
+    """The attention backends DraftBackendFactory has an EAGLE draft backend for (the decode
+    and extend maps are the same set in every release).
 
-    "EAGLE is not supported in decode attention backend cutlass_mla": speculative/
-    draft_utils.py:63 (0.5.9) (DraftBackendFactory); cutlass_mla leaves the choices in 0.5.20.
+    speculative/draft_utils.py:43/:67 (0.5.9), :43/:68 (0.5.10, + fa4), :43/:70 (0.5.12, + dsv4,
+    tokenspeed_mla), :44/:73 (0.5.15, + cutedsl_mla, dsa), :88/:115 (0.5.19, + intel_amx),
+    :96/:127 (0.5.20-0.5.22, + intel_xpu), :96/:126 (0.5.23, - tokenspeed_mla: aliased to
+    cutedsl_mla at start).
     """
-    if launch.algorithm in EAGLE_FAMILY and _draft_backend(launch) == "cutlass_mla":
-        yield ("EAGLE's draft decoding has no cutlass_mla backend ('EAGLE is not supported in "
-               f"decode attention backend cutlass_mla' after the load): add {DRAFT_OPTION} "
-               f"triton to extra_args, or {FIX}")
+    names = {"aiter", "ascend", "fa3", "flashinfer", "flashmla", "hybrid_linear_attn", "nsa",
+             "triton", "trtllm_mha", "trtllm_mla"}
+    for since, more in (((0, 5, 10), {"fa4"}), ((0, 5, 12), {"dsv4", "tokenspeed_mla"}),
+                        ((0, 5, 15), {"cutedsl_mla", "dsa"}), ((0, 5, 19), {"intel_amx"}),
+                        ((0, 5, 20), {"intel_xpu"})):
+        if launch.at_least(*since):
+            names |= more
+    if launch.at_least(0, 5, 23):
+        names.discard("tokenspeed_mla")
+    return names
+
+
+def _given(launch: Launch, *options: str) -> str | None:
+    for option in options:
+        value = launch.options.get(option)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+@rule("backends.no-eagle-draft-backend", "after-load")
+def no_eagle_draft_backend(launch: Launch) -> Iterator[str]:
+    """The draft's attention backend has no EAGLE implementation in this release.
+
+    DraftBackendFactory takes --speculative-draft-attention-backend, else the target's decode
+    backend for multi-step drafting (built only when num_steps > 1) and its prefill backend for
+    draft extend (the decode one with --speculative-attention-mode decode), and raises
+    ValueError "EAGLE is not supported in (decode) attention backend X" when the backend is not
+    in its map: speculative/draft_utils.py raise@35 (0.5.9-0.5.15), @59 (0.5.19), @64
+    (0.5.20-0.5.23), after the target's load (v1) or both loads (v2).
+    """
+    if launch.algorithm not in EAGLE_FAMILY:
+        return
+    known = _draft_map(launch)
+    steps = launch.options.int("--speculative-num-steps")
+    draft = _given(launch, DRAFT_OPTION)
+    decode_mode = launch.options.get("--speculative-attention-mode") == "decode"
+    decode = draft or _given(launch, "--decode-attention-backend", "--attention-backend")
+    extend = draft or (decode if decode_mode else _given(
+        launch, "--prefill-attention-backend", "--attention-backend"))
+    for what, backend, used in (("decode ", decode, steps is None or steps > 1),
+                                ("", extend, True)):
+        if used and backend is not None and backend not in known:
+            yield (f"EAGLE's draft has no {backend} backend in sglang {launch.version} ('EAGLE "
+                   f"is not supported in {what}attention backend {backend}' after the load): "
+                   f"add {DRAFT_OPTION} triton to extra_args, or {FIX}")
+            return
+
+
+def _verify_backend(launch: Launch) -> str | None:
+    """The backend given for the target's verify pass: the prefill backend (the decode one with
+    --speculative-attention-mode decode), else --attention-backend. None: the release's default,
+    never flashinfer for these targets here: triton for MLA on sm_120, fa3 on sm_90
+    (server_args.py:1820-1833 (0.5.9); arg_groups/model_override_base.py:336-351 (0.5.23)), and
+    on sm_100 the DeepSeek family's override picks trtllm_mla (model_overrides/deepseek_v2.py:40
+    (0.5.23))."""
+    decode_mode = launch.options.get("--speculative-attention-mode") == "decode"
+    side = "--decode-attention-backend" if decode_mode else "--prefill-attention-backend"
+    return _given(launch, side, "--attention-backend")
+
+
+@rule("backends.flashinfer-mla-tree-verify", "silent")
+def flashinfer_mla_tree_verify(launch: Launch) -> Iterator[str]:
+    """EAGLE with topk > 1 on an MLA target verified by FlashInfer MLA: the draft tree's mask
+    is built and then dropped (the paged plan is causal), so sibling branches see each other
+    and verification is wrong - no message anywhere.
+
+    "TODO: Support topk > 1 with custom mask" and the causal plan: layers/attention/
+    flashinfer_mla_backend.py:857 and :882-895 (0.5.9-0.5.12), :876 (0.5.15), :1103 (0.5.19),
+    :1090 (0.5.20, 0.5.21), :1110 (0.5.22, 0.5.23).
+    """
+    topk = launch.options.int("--speculative-eagle-topk") or 1
+    if launch.algorithm in EAGLE_FAMILY and topk > 1 and is_mla(launch.target) \
+            and _verify_backend(launch) == "flashinfer":
+        yield (f"speculative.eagle_topk {topk} on an MLA target verified by FlashInfer MLA: "
+               "it drops the draft tree's mask (flashinfer_mla_backend.py 'TODO: Support topk "
+               "> 1 with custom mask'), so verification is wrong without any error. Use "
+               "eagle_topk: 1, or attention_backend: triton for tree drafting")

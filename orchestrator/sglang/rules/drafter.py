@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from orchestrator.sglang.hfconfig import (
+    Config,
     architectures,
     config_get,
     context_length,
     has_quantization,
     is_eagle3_drafter,
+    is_mla,
     is_mla_drafter,
 )
 from orchestrator.sglang.rules import Launch, rule
@@ -161,3 +163,78 @@ def context_shorter(launch: Launch) -> Iterator[str]:
                f"context_length ({effective}) is greater than the derived context_length "
                f"({draft})'). Set context_length: {draft}, or env {ALLOW_LONGER}: '1' to let "
                "the drafter run past its trained length")
+
+
+@rule("drafter.mla-flashinfer-topk", "after-load", since="0.5.12")
+def mla_flashinfer_topk(launch: Launch) -> Iterator[str]:
+    """An MLA EAGLE-3 drafter drafting a tree (topk > 1, num_steps > 1) on FlashInfer MLA.
+
+    FlashInferMLAMultiStepDraftBackend: ValueError "Currently Flashinfer MLA only supports
+    topk=1 for speculative decoding": layers/attention/flashinfer_mla_backend.py raise@913
+    (0.5.12), @935 (0.5.15), @1189 (0.5.19), @1176 (0.5.20, 0.5.21), @1197 (0.5.22, 0.5.23);
+    the backend is the draft option, else the decode one, else --attention-backend
+    (speculative/draft_utils.py :226-248 (0.5.23)).
+    """
+    if not (_drafting(launch) and is_mla_drafter(launch.draft)):
+        return
+    o = launch.options
+    topk, steps = o.int("--speculative-eagle-topk") or 1, o.int("--speculative-num-steps")
+    backend = next((v for v in (o.get("--speculative-draft-attention-backend"),
+                                o.get("--decode-attention-backend"), o.get("--attention-backend"))
+                    if isinstance(v, str)), None)
+    if backend == "flashinfer" and topk > 1 and (steps is None or steps > 1):
+        yield (f"the MLA EAGLE-3 drafter drafts a tree (eagle_topk {topk}) on FlashInfer MLA, "
+               "which SGLang refuses after the load ('Currently Flashinfer MLA only supports "
+               "topk=1 for speculative decoding'). Use eagle_topk: 1, or add "
+               "--speculative-draft-attention-backend triton to extra_args")
+
+
+def _aux_layer_ids(draft: Config | None) -> list[int] | None:
+    """eagle_config.eagle_aux_hidden_state_layer_ids, else the top-level key (eagle_utils.py:
+    272-274 (0.5.23)); None: the target's default [2, L // 2, L - 3] is used."""
+    eagle = config_get(draft, "eagle_config")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    ids = ids if ids is not None else config_get(draft, "eagle_aux_hidden_state_layer_ids")
+    if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
+        return ids
+    return None
+
+
+def _captured(launch: Launch, ids: list[int]) -> list[int]:
+    """The layers a DeepSeek-family target captures for the drafter's ids: every id + 1 up to
+    0.5.12, only when ids[0] == 1 from 0.5.15 (models/deepseek_v2.py
+    set_eagle3_layers_to_capture: def@2963 (0.5.9), @2295 (0.5.10), @2529 (0.5.12), @2897
+    (0.5.15), @3209 (0.5.19), @3097 (0.5.20), @3379 (0.5.21), @3404 (0.5.22), @3458 (0.5.23))."""
+    if not launch.at_least(0, 5, 15) or ids[0] == 1:
+        return [i + 1 for i in ids]
+    return list(ids)
+
+
+def _aux_layers(launch: Launch) -> Iterator[str]:
+    """The drafter's eagle_aux_hidden_state_layer_ids must name layers the target has.
+
+    A layer's captured state is its input, so a captured id >= the target's num_hidden_layers
+    is never captured: fewer aux hidden states than the drafter's fc expects. From 0.5.19 the
+    CUDA-graph capture asserts "captured X of Y aux hidden states" (layers/aux_hidden_states.py
+    assert@45 (0.5.19), raise@46 (0.5.20), @59 (0.5.21), @78 (0.5.22), @87 (0.5.23)); up to
+    0.5.15 the draft's fc fails on its input shape at the first forward (the server's warm-up
+    request).
+    """
+    if not (_drafting(launch) and is_eagle3_drafter(launch.draft) and is_mla(launch.target)):
+        return
+    ids = _aux_layer_ids(launch.draft)
+    layers = config_get(launch.target, "num_hidden_layers")
+    if ids is None or not isinstance(layers, int):
+        return
+    captured = _captured(launch, ids)
+    past = [c for c in captured if c >= layers or c <= 0]
+    if past:
+        yield (f"the drafter's eagle_aux_hidden_state_layer_ids {ids} make sglang "
+               f"{launch.version} capture target layers {captured}, but the target has "
+               f"{layers} (0..{layers - 1}): {past} cannot be captured and the drafter fails "
+               "at its first forward. Use the drafter trained for this target (its config.json "
+               "as published), or set layer ids below the target's depth")
+
+
+rule("drafter.aux-layer-ids", "first-request", until="0.5.15")(_aux_layers)
+rule("drafter.aux-layer-ids", "after-load", since="0.5.19")(_aux_layers)

@@ -199,3 +199,66 @@ def draft_path_unused(launch: Launch) -> Iterator[str]:
     if launch.algorithm is None and launch.draft_path:
         yield ("draft_model_path is set but speculative.algorithm is not: the drafter is not "
                "used (set speculative.algorithm: EAGLE3 to use it)")
+
+
+@rule("speculative.draft-tokens-exceed-tree", "first-request")
+def draft_tokens_exceed_tree(launch: Launch) -> Iterator[str]:
+    """num_draft_tokens - 1 larger than the draft tree: topk + (num_steps - 1) * topk^2.
+
+    organize_draft_results picks `torch.topk(score_list, num_draft_tokens - 1)` over the tree's
+    scores: RuntimeError "selected index k out of range" at the first request (the server's
+    warm-up, right after the load): speculative/eagle_utils.py:27 (0.5.9, 0.5.10), :28
+    (0.5.12), :114 (0.5.15), :117 (0.5.19), :116 (0.5.20), :120 (0.5.21), :123 (0.5.22), :110
+    (0.5.23). ServerArgs checks nothing of it; topk 1 has num_draft_tokens forced.
+    """
+    o = launch.options
+    steps, topk = o.int("--speculative-num-steps"), o.int("--speculative-eagle-topk")
+    ndt = o.int("--speculative-num-draft-tokens")
+    if launch.algorithm not in EAGLE_FAMILY or steps is None or topk is None or ndt is None \
+            or topk <= 1:
+        return
+    tree = topk + (steps - 1) * topk * topk
+    if ndt - 1 > tree:
+        yield (f"speculative.num_draft_tokens {ndt} needs {ndt - 1} tree nodes, but num_steps "
+               f"{steps} x eagle_topk {topk} drafts {tree}: SGLang fails at its first request "
+               f"('selected index k out of range'). Set num_draft_tokens to {tree + 1} or less, "
+               "or raise num_steps")
+
+
+@rule("speculative.token-map-ignored-eagle3", "silent", warning=True)
+def token_map_ignored(launch: Launch) -> Iterator[str]:
+    """--speculative-token-map with EAGLE3 is ignored: the drafter's own d2t maps its vocabulary.
+
+    "Speculative token map specified, but EAGLE3 models already have this. Ignoring the
+    specified token map.": eagle_worker.py:123 (0.5.9, 0.5.10), :142 (0.5.12);
+    eagle_worker_v2.py:317 (0.5.15), :276 (0.5.19), :310 (0.5.20), :317 (0.5.21), :308
+    (0.5.22), :328 (0.5.23).
+    """
+    if launch.algorithm == "EAGLE3" and launch.options.get("--speculative-token-map"):
+        yield ("speculative_token_map is ignored with EAGLE3 (the drafter maps its own "
+               "vocabulary); remove --speculative-token-map from extra_args")
+
+
+@rule("speculative.rejection-sampling-vocab", "after-load", since="0.5.15")
+def rejection_sampling_vocab(launch: Launch) -> Iterator[str]:
+    """Rejection sampling needs the draft and target to share one vocabulary.
+
+    ValueError "--speculative-use-rejection-sampling requires the draft and target to share one
+    vocab, but the draft vocab (N) != target vocab (M).": eagle_worker_v2.py raise@232 (0.5.15),
+    @225 (0.5.19), @254 (0.5.20), @253 (0.5.21), @250 (0.5.22), @270 (0.5.23), after both loads;
+    the draft vocab is its hot-token map's size, config draft_vocab_size (models/
+    llama_eagle3.py:306 (0.5.23)). 0.5.22+: --speculative-use-block-verification turns
+    rejection sampling on for EAGLE/EAGLE3.
+    """
+    o = launch.options
+    on = o.flag("--speculative-use-rejection-sampling") or (
+        launch.at_least(0, 5, 22) and o.flag("--speculative-use-block-verification"))
+    if not (on and launch.algorithm in EAGLE_FAMILY and is_eagle3_drafter(launch.draft)):
+        return
+    draft_vocab = config_get(launch.draft, "draft_vocab_size")
+    vocab = config_get(launch.target, "vocab_size")
+    if isinstance(draft_vocab, int) and isinstance(vocab, int) and draft_vocab != vocab:
+        yield (f"rejection sampling needs one vocabulary, but the drafter drafts over "
+               f"{draft_vocab} tokens (draft_vocab_size) and the target has {vocab}: SGLang "
+               "stops after both loads. Remove --speculative-use-rejection-sampling (greedy "
+               "verification is the default), or use a full-vocabulary drafter")

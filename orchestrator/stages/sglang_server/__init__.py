@@ -310,6 +310,8 @@ class SGLangServer(Stage, kind="sglang_server"):
                               "there yet (earlier stages would install it)")
             gpu = gpu or host.fact(GpuHealth)
             report = self._preflight(host, ctx, desired, venv, gpu, mode)
+            if report.kv_pool is not None:
+                reason += f"; {report.kv_pool.line()}"
         gpu = gpu or host.fact(GpuHealth)
         others = rules.other_gpu_users(status, gpu.processes, stop_stale=p.stop_stale)
         if others:

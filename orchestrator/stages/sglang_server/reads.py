@@ -253,6 +253,8 @@ def preflight(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: Ven
                       "autostart: true needs systemd (PID 1 systemd and systemctl, as root); "
                       "this host has none: set autostart: false and re-run the deploy after "
                       "a reboot")
+    if report.kv_pool is not None:
+        ctx.record("kv_pool", report.kv_pool.to_json())
     native = report.native
     ctx.record("preflight", {
         "flags": report.flags_source, "rules": report.rules,
