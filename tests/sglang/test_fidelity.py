@@ -48,21 +48,18 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
     return {case.id: _dirs(root, case) for case in CASES}
 
 
-@pytest.fixture(scope="module")
-def standin_outcomes(sim_wheels: Path, models: dict,
-                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
-    """release -> case id -> the stand-in's outcome (one driver process per release)."""
-    root = tmp_path_factory.mktemp("fidelity-standins")
+def run_standins(sim_wheels: Path, root: Path,
+                 cases: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
+    """release -> case id -> the stand-in's outcome: one driver process per release, each
+    case a dict {"id", "argv", "env", "cc"} (env may set SIMHW_TEST_MEM_MIB per case)."""
     simhw = root / "simhw"
-    simhw.mkdir()
+    simhw.mkdir(exist_ok=True)
     (simhw / "simhw.py").write_text(SIMHW_DOUBLE)
     ct = root / "ct"
     with zipfile.ZipFile(sim_wheels / "compressed_tensors-0.18.0-py3-none-any.whl") as zf:
         zf.extractall(ct)
-    cases = [{"id": c.id, "argv": c.argv(*models[c.id]), "env": c.env, "cc": c.cc}
-             for c in CASES]
     procs = {}
-    for release in RELEASES:
+    for release, todo in cases.items():
         overlay = root / release
         with zipfile.ZipFile(sim_wheels / f"sglang-{release}-py3-none-any.whl") as zf:
             zf.extractall(overlay)
@@ -72,7 +69,7 @@ def standin_outcomes(sim_wheels: Path, models: dict,
         procs[release] = subprocess.Popen(
             [sys.executable, str(DRIVER)], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs[release].stdin.write(json.dumps(cases))
+        procs[release].stdin.write(json.dumps(todo))
         procs[release].stdin.close()
     results = {}
     for release, proc in procs.items():
@@ -81,6 +78,16 @@ def standin_outcomes(sim_wheels: Path, models: dict,
         assert proc.wait(timeout=120) == 0, err[-2000:]
         results[release] = {r["id"]: r for r in map(json.loads, out.splitlines())}
     return results
+
+
+@pytest.fixture(scope="module")
+def standin_outcomes(sim_wheels: Path, models: dict,
+                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
+    """release -> case id -> the stand-in's outcome."""
+    cases = [{"id": c.id, "argv": c.argv(*models[c.id]), "env": c.env, "cc": c.cc}
+             for c in CASES]
+    return run_standins(sim_wheels, tmp_path_factory.mktemp("fidelity-standins"),
+                        dict.fromkeys(RELEASES, cases))
 
 
 def _describe(outcome: object) -> str:
