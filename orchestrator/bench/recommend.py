@@ -70,7 +70,8 @@ def write_override(path: Path, rec: Recommendation) -> Path:
     return path
 
 
-def summary_lines(rec: Recommendation, failed: list[str]) -> list[str]:
+def summary_lines(rec: Recommendation, failed: list[str],
+                  refused: dict[str, str] | None = None) -> list[str]:
     """The lines tune prints at the end."""
     lines = ["tune: best setting per concurrency (output tok/s, speedup vs off):"]
     for r in rec.per_concurrency:
@@ -81,4 +82,6 @@ def summary_lines(rec: Recommendation, failed: list[str]) -> list[str]:
         lines.append(f"tune: override file {rec.override_file} (deploy --vars-file)")
     if failed:
         lines.append(f"tune: not measured: {', '.join(failed)} (run tune again to retry)")
+    for key, reason in (refused or {}).items():
+        lines.append(f"tune: refused by the preflight (never launched): {key}: {reason}")
     return lines

@@ -18,6 +18,13 @@ candidate is deployed through the playbook's own stages with `speculative` (and,
 server and wait_ready verifies it. Then `run_bench` measures it. TUNE_DIR/tune.json is rewritten
 after every step; run again, tune skips the candidates already measured with the same workload.
 
+Before anything is launched, every candidate goes through a dry run of the playbook (the
+sglang_server preflight, against the host's installed release, checkpoints and GPUs): one the
+preflight refuses is recorded `refused` with its reason and never deployed. On a bare box the
+preflight waits for the venv and checkpoints (a dry run installs nothing), so the candidates
+deployed after the first are screened again just before their own deploy; a deploy the
+preflight refuses is recorded `refused` too, not `failed`.
+
 At the end: the best candidate per concurrency (highest output tok/s), where speculation stops
 paying (the lowest concurrency from which `off` is best at every higher one measured), an
 override file (TUNE_DIR/speculative-override.yaml, for `deploy --vars-file`) with the setting
@@ -39,9 +46,10 @@ import yaml
 from orchestrator.bench.bench import BenchOptions, Progress, run_bench, spec_label
 from orchestrator.config import load_all
 from orchestrator.config.variables import host_variables
-from orchestrator.deploy import deploy
+from orchestrator.deploy import DeployOutcome, deploy
 from orchestrator.errors import ConfigError
 from orchestrator.events import utc_now
+from orchestrator.options import RunOptions
 from orchestrator.plan import Selection, build_plan
 from orchestrator.summary import from_json
 
@@ -152,7 +160,7 @@ class TuneEntry:
     key: str
     label: str
     settings: Candidate
-    #: running, measured or failed
+    #: running, measured, failed, or refused (by the preflight: never launched)
     status: str = "running"
     started_at: str | None = None
     deploy_run: str | None = None
@@ -240,6 +248,43 @@ def _load_state(tune_dir: Path, workload: BenchOptions, playbook: str) -> TuneSt
     return state
 
 
+def preflight_refusal(outcome: DeployOutcome) -> str | None:
+    """The preflight's refusal in a deploy (or dry run), or None: the sglang_server stage that
+    failed after recording preflight rules, with its error (the problems and their fixes)."""
+    for name, host in outcome.summary.hosts.items():
+        for stage_id, facts in host.facts.items():
+            rules = (facts.get("preflight") or {}).get("rules") if isinstance(
+                facts, dict) else None
+            stage = host.stages.get(stage_id)
+            if rules and stage is not None and stage.error:
+                problems = [ln.strip()[2:] for ln in stage.error.splitlines()
+                            if ln.strip().startswith("- ")]
+                return f"{name}: " + "; ".join(problems or [stage.error.strip()])
+    return None
+
+
+def _refuse(entry: TuneEntry, outcome: DeployOutcome, reason: str,
+            say: Callable[[str], None]) -> None:
+    entry.status, entry.error = "refused", reason
+    entry.deploy_run, entry.deploy_exit = outcome.run_id, outcome.exit_code
+    say(f"tune: {entry.key}: refused by the preflight, skipped (never launched): "
+        f"{reason}")
+
+
+def _screen(c: Candidate, entry: TuneEntry, ctx: dict[str, Any],
+            say: Callable[[str], None]) -> bool:
+    """A dry run of the candidate's deploy: False (entry refused) when the preflight refuses."""
+    outcome = deploy(ctx["playbook"], ctx["inventory"], cli_vars={**ctx["cli_vars"],
+                                                                  **c.variables()},
+                     selection=Selection.from_args(ctx["limit"]), run_dir=ctx["run_dir"],
+                     options=RunOptions(dry_run=True))
+    reason = preflight_refusal(outcome)
+    if reason is None:
+        return True
+    _refuse(entry, outcome, reason, say)
+    return False
+
+
 def _measure(c: Candidate, entry: TuneEntry, ctx: dict[str, Any],
              say: Callable[[str], None]) -> None:
     """Deploy one candidate, then benchmark it; `entry` records both."""
@@ -248,6 +293,10 @@ def _measure(c: Candidate, entry: TuneEntry, ctx: dict[str, Any],
     outcome = deploy(ctx["playbook"], ctx["inventory"], cli_vars=cli_vars,
                      selection=Selection.from_args(ctx["limit"]), run_dir=ctx["run_dir"])
     entry.deploy_run, entry.deploy_exit = outcome.run_id, outcome.exit_code
+    reason = preflight_refusal(outcome) if outcome.exit_code != 0 else None
+    if reason is not None:
+        _refuse(entry, outcome, reason, say)
+        return
     if outcome.exit_code != 0:
         entry.status = "failed"
         entry.error = f"deploy exit code {outcome.exit_code} (see {outcome.summary_path})"
@@ -280,12 +329,21 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
     state = _load_state(tune_dir, options, str(playbook))
     ctx = {"playbook": playbook, "inventory": inventory, "cli_vars": cli_vars, "limit": limit,
            "options": options, "run_dir": run_dir, "progress": progress}
+    todo = []
     for c in cands:
         entry = state.candidates.get(c.key)
         if entry is not None and entry.status == "measured":
             say(f"tune: {c.key}: already measured (bench run {entry.bench_run}), skipped")
             continue
         entry = state.candidates[c.key] = TuneEntry(c.key, c.label, c, started_at=utc_now())
+        if c.algorithm and not _screen(c, entry, ctx, say):
+            _save(tune_dir, state)
+            continue
+        todo.append((c, entry))
+    for n, (c, entry) in enumerate(todo):
+        if n and c.algorithm and not _screen(c, entry, ctx, say):
+            _save(tune_dir, state)
+            continue
         _save(tune_dir, state)
         _measure(c, entry, ctx, say)
         _save(tune_dir, state)
@@ -306,8 +364,9 @@ def _finish(tune_dir: Path, state: TuneState, cands: list[Candidate],
     state.finished_at = utc_now()
     _save(tune_dir, state)
     report = write_report([str(tune_dir)], out=tune_dir / "report", run_dir=run_dir)
-    failed = [e.key for e in entries if e.status != "measured"]
-    lines = summary_lines(rec, failed)
+    failed = [e.key for e in entries if e.status not in ("measured", "refused")]
+    lines = summary_lines(rec, failed, {e.key: e.error or "" for e in entries
+                                        if e.status == "refused"})
     lines += ["", report.table, ""] + [f"plot: {p}" for p in report.pngs]
     lines += [f"report: {report.markdown}", f"tune state: {tune_dir / TUNE_FILE}"]
     return TuneResult(tune_dir, state, 1 if failed else 0, "\n".join(lines))

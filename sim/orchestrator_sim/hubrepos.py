@@ -18,6 +18,8 @@ Repositories seeded by :func:`seed_repos`:
     the newer one, branch ``v1`` at the older one (they differ in ``model.safetensors``).
   * ``sim/eagle3-hidden4096``, ``sim/eagle3-2layers``, ``sim/eagle3-wrong-arch``,
     ``sim/eagle3-vocab-mismatch``: drafters with one thing wrong each, for tests.
+  * ``sim/kimi-k2.6-eagle3-mla``: a sound MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM,
+    SGLang 0.5.12+), which FlashInfer MLA cannot run with eagle_topk > 1.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ KIMI_REPO = "moonshotai/Kimi-K2.6"
 KIMI_K26_WEIGHT_BYTES = 548_000_000_000  # FACTS.md: ~548 GB of quantized weights
 EAGLE3_REPO = "lightseekorg/kimi-k2.6-eagle3"
 EAGLE3_OLD_BRANCH = "v1"
+EAGLE3_MLA_REPO = "sim/kimi-k2.6-eagle3-mla"
 FAULTY_DRAFTERS: dict[str, str] = {
     "sim/eagle3-hidden4096": "hidden_size is 4096 (target has 7168)",
     "sim/eagle3-2layers": "num_hidden_layers is 2 (SGLang 0.5.9 accepts only 1)",
@@ -355,6 +358,12 @@ def seed_repos(data_dir: Path) -> dict[str, str]:
         ],
         {EAGLE3_OLD_BRANCH: 0},
     )[-1]
+    mla = eagle3_config(architectures=["Eagle3DeepseekV2ForCausalLM"], q_lora_rank=1536,
+                        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                        v_head_dim=128)
+    heads[EAGLE3_MLA_REPO] = add_repo(data_dir, EAGLE3_MLA_REPO, [eagle3_files(
+        EAGLE3_MLA_REPO, mla, weights_seed=EAGLE3_MLA_REPO,
+        readme_note="\nAn MLA EAGLE-3 drafter (Eagle3DeepseekV2ForCausalLM).\n")])[-1]
     faulty_overrides: dict[str, dict] = {
         "sim/eagle3-hidden4096": {"hidden_size": 4096},
         "sim/eagle3-2layers": {"num_hidden_layers": 2},

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from orchestrator.bench.bench import BenchOptions, load_results, run_bench
 from orchestrator.bench.report import write_report
 from orchestrator.bench.tune import run_tune
+from orchestrator.deploy import deploy
 from orchestrator_sim.fleet import SimFleet
+from orchestrator_sim.hubrepos import EAGLE3_MLA_REPO
 from tests.sim.conftest import assert_nothing_left
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +32,11 @@ GRID = """tune:
     - {num_steps: 3, eagle_topk: 4, num_draft_tokens: 8}
 """
 WIDE = "eagle3-s3-k4-n8"
+#: the profile's launch with triton: FlashInfer MLA verifies a draft tree wrongly (topk > 1,
+#: rule backends.flashinfer-mla-tree-verify), so the tree candidate runs on SGLang's own
+#: sm_120 default for MLA
+PROFILE = yaml.safe_load((REPO / "configs/models/kimi-k2.6.yaml").read_text())
+TRITON = {"launch": {**PROFILE["launch"], "attention_backend": "triton"}}
 WORKLOAD = BenchOptions(concurrency=(1, 32), input_len=16, output_len=48, num_prompts=64)
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -67,7 +75,7 @@ def tuned(fleet: SimFleet, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     base = tmp_path_factory.mktemp("tune")
     (base / "grid.yaml").write_text(GRID)
     kw = {"options": WORKLOAD, "run_dir": base / "runs", "grid_path": str(base / "grid.yaml"),
-          "out": base / "tune"}
+          "out": base / "tune", "cli_vars": TRITON}
     first = Interrupt(at=WIDE)
     with pytest.raises(KeyboardInterrupt):
         run_tune(PLAYBOOK, str(fleet.inventory_path), say=first, **kw)
@@ -150,3 +158,33 @@ def test_bench_against_a_server_that_dies_midway_keeps_what_it_measured(
     assert h.runs[0].result["output_throughput"] > 0
     assert "died" in h.error and "1 run(s) measured" in h.error
     assert h.runs[1].exit_code != 0 and "Error" in h.runs[1].tail
+
+
+def test_tune_skips_a_candidate_the_preflight_refuses_and_never_launches_it(
+        fleet: SimFleet, tmp_path: Path) -> None:
+    # the profile with an MLA EAGLE-3 drafter, whose tree (eagle_topk > 1) FlashInfer MLA
+    # cannot draft: the shipped grid's {3, 4, 8} candidate is invalid for it, the chains are not
+    mla = {"drafter": {**PROFILE["drafter"], "repo": EAGLE3_MLA_REPO,
+                       "architecture": "Eagle3DeepseekV2ForCausalLM"}}
+    runs = tmp_path / "runs"
+    first = deploy(PLAYBOOK, str(fleet.inventory_path), cli_vars=mla, run_dir=runs)
+    assert first.exit_code == 0, first.summary_path.read_text()[-2000:]
+    say = Interrupt(at="off")  # Ctrl-C at the first launch: every candidate screened by then
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(PLAYBOOK, str(fleet.inventory_path), cli_vars=mla, options=WORKLOAD,
+                 run_dir=runs, out=tmp_path / "tune", say=say)
+    refused = [m for m in say.lines if "refused by the preflight" in m]
+    assert len(refused) == 1 and refused[0].startswith(f"tune: {WIDE}: "), say.lines
+    assert "Currently Flashinfer MLA only supports topk=1" in refused[0]
+    assert "never launched" in refused[0]
+    state = json.loads((tmp_path / "tune" / "tune.json").read_text())
+    entries = {e["key"]: e for e in state["candidates"]}
+    assert entries[WIDE]["status"] == "refused"
+    assert "eagle_topk: 1" in entries[WIDE]["error"]  # the fix travels with the reason
+    # its only run is the dry run that screened it; no deploy was started for it
+    screened = json.loads((runs / entries[WIDE]["deploy_run"] / "summary.json").read_text())
+    assert screened["dry_run"] is True
+    assert not [m for m in say.lines if m.startswith(f"tune: {WIDE}: deploying")]
+    # the shipped grid's chains passed the same screen
+    chains = [k for k in entries if k.startswith("eagle3-") and k != WIDE]
+    assert len(chains) == 4 and all(entries[k]["status"] == "running" for k in chains)
