@@ -8,10 +8,16 @@ log as usual and /health answering 200, so that only a check of what is served c
                      map or a garbage drafter whose tokens get accepted); the accept length stays
                      at the drafter's usual figure. Without speculation it does nothing.
   zero-accept        with speculation on, every draft is rejected: each verify step emits the
-                     bonus token only (accept length 1.00 in the decode log, /server_info and
-                     /metrics; per request completion_tokens / spec_verify_ct, see engine.py);
-                     the text is unchanged and correct (vllm-project/vllm#54997, under CUDA
-                     graphs). Without speculation it does nothing.
+                     bonus token only: accept length 1.00 and accept rate 0.00 in the decode
+                     log, /server_info and /metrics; per request spec_num_correct_drafts 0,
+                     spec_accept_rate 0.0 and spec_accept_length = completion_tokens /
+                     spec_verify_ct = N / (N - 1) for N tokens, as real SGLang computes it (the
+                     first token comes from the prefill, not from a verify step:
+                     tokenizer_manager.py:3164-3168, scheduler_components/
+                     batch_result_processor.py:832 (0.5.23));
+                     the text is unchanged and correct (vllm-project/vllm#54997, seen under CUDA
+                     graphs; the stand-in applies it with or without them). Without
+                     speculation it does nothing.
   scheduler-dead     once the server is ready (after its warm-up) the scheduler forms no batch:
                      generation requests wait forever, /health and /health_generate stay 200
                      (sgl-project/sglang#6624); nothing is logged.
