@@ -49,12 +49,16 @@ import threading
 import time
 import uuid
 
+from sglang.srt import sim_faults
 from sglang.srt.utils import at_least, log
 
 _WORDS = (
     "the quick brown fox jumps over a lazy dog while seven silver ships sail north across "
     "calm water under bright morning light and every sailor sings an old song about home"
 ).split()
+# SGLANG_SIM_FAULT=wrong-draft: how far a wrong draft vocabulary map moves every token after the
+# first (len(_WORDS) is 31, a prime, and the words are unique: each moved word is another word)
+_WRONG_DRAFT_SHIFT = 11
 
 
 FORWARD_FIXED = 0.038  # s: one target forward, latency-bound (allreduce over PCIe, 61 layers)
@@ -104,8 +108,10 @@ class Req:
     """One generation request as the scheduler tracks it."""
 
     def __init__(self, prompt_tokens: int, max_new_tokens: int, finish_reason: str,
-                 seed: int = 0) -> None:
+                 seed: int = 0, health: bool = False) -> None:
         self.rid = uuid.uuid4().hex
+        self.health = health  # /health's one-token request (HEALTH_CHECK_ rid in SGLang)
+        self.corrupt = False  # SGLANG_SIM_FAULT=wrong-draft with speculation on
         self.prompt_tokens = max(1, int(prompt_tokens))
         self.max_new_tokens = max(1, int(max_new_tokens))
         self.finish_reason = finish_reason  # "length" or "stop" once max_new_tokens is reached
@@ -121,8 +127,17 @@ class Req:
         self.vend = None
 
     def words(self, start: int, count: int) -> str:
-        """The text of tokens [start, start+count): deterministic filler words."""
-        picked = [_WORDS[(self.seed + i) % len(_WORDS)] for i in range(start, start + count)]
+        """The text of tokens [start, start+count): deterministic filler words.
+
+        A corrupted request (wrong-draft) keeps its first token, which the target's prefill
+        samples, and gets other words from the second on, which come from accepted drafts.
+        """
+        picked = []
+        for i in range(start, start + count):
+            index = self.seed + i
+            if self.corrupt and i >= 1:
+                index += _WRONG_DRAFT_SHIFT
+            picked.append(_WORDS[index % len(_WORDS)])
         text = " ".join(picked)
         return text if start == 0 else " " + text
 
@@ -130,11 +145,18 @@ class Req:
 class Scheduler:
     """Continuous batching over a virtual clock; one thread, like SGLang's scheduler process."""
 
-    def __init__(self, server_args, loaded, scale: float) -> None:
+    def __init__(self, server_args, loaded, scale: float, faults=frozenset()) -> None:
         self.args = server_args
         self.loaded = loaded
         self.scale = scale
         self.spec = loaded.spec
+        # SGLANG_SIM_FAULT (sim_faults.py): the speculation faults act from the start (warm-up
+        # included) and only with speculation on; the others are armed by serving_started()
+        self.wrong_draft = sim_faults.WRONG_DRAFT in faults and self.spec.enabled
+        self.zero_accept = sim_faults.ZERO_ACCEPT in faults and self.spec.enabled
+        self._arm_on_ready = faults & {sim_faults.SCHEDULER_DEAD, sim_faults.FIRST_TOKEN_STALL}
+        self.dead = False
+        self._stall_pending = False
         self.max_running = max(1, int(server_args.max_running_requests or 1))
         self.interval = max(1, int(server_args.decode_log_interval or 40))
         self.prefill_tps = prefill_rate(server_args.tp_size)
@@ -169,7 +191,15 @@ class Scheduler:
             self.cv.notify_all()
         self.thread.join(timeout=5)
 
+    def serving_started(self) -> None:
+        """The server declared itself ready: arm the faults that strike only then."""
+        with self.cv:
+            self.dead = sim_faults.SCHEDULER_DEAD in self._arm_on_ready
+            self._stall_pending = sim_faults.FIRST_TOKEN_STALL in self._arm_on_ready
+            self.cv.notify_all()
+
     def submit(self, req: Req) -> Req:
+        req.corrupt = self.wrong_draft
         with self.cv:
             req.vstart = self.vclock
             self._last_arrival = time.monotonic()
@@ -237,11 +267,17 @@ class Scheduler:
         if delay > 0:
             time.sleep(delay)
 
+    def _has_work(self) -> bool:
+        if self.controls:
+            return True
+        if self.dead:  # only health checks get an answer
+            return any(r.health for r in self.waiting)
+        return bool(self.waiting or self.running)
+
     def _loop(self) -> None:
         while True:
             with self.cv:
-                while (not self.stopped and not self.waiting and not self.running
-                       and not self.controls):
+                while not self.stopped and not self._has_work():
                     self.cv.wait(0.5)
                 if self.stopped:
                     break
@@ -252,6 +288,9 @@ class Scheduler:
                     reply.put(fn())
                 except Exception as exc:  # handed to the caller
                     reply.put(exc)
+            if self.dead:
+                self._ack_health_checks()
+                continue
             self._coalesce_arrivals()
             with self.cv:
                 free = self.max_running - len(self.running)
@@ -276,7 +315,64 @@ class Scheduler:
                 reply.put(RuntimeError("server shutting down"))
             self.controls.clear()
 
+    def _ack_health_checks(self) -> None:
+        """SGLANG_SIM_FAULT=scheduler-dead: the scheduler loop runs, no batch ever forms.
+
+        What real SGLang does then, which keeps /health at 200 (the false positive of
+        sgl-project/sglang#6624): a health check that finds the scheduler not fully idle is not
+        run but queued for a bare HealthCheckOutput (0.5.23 managers/scheduler.py:2240-2247),
+        which the idle housekeeping sends at once (on_idle, scheduler.py:5240-5245 ->
+        maybe_send_health_check_signal, :5182-5198); any message from the scheduler bumps
+        tokenizer_manager.last_receive_tstamp (managers/tokenizer_manager.py:2465-2478), and
+        /health answers 200 as soon as that is later than its own start (entrypoints/
+        http_server.py:779-785). Simplification: the stand-in answers a health check so even
+        while no request waits yet (real SGLang would queue that one check and time it out).
+
+        Logs nothing, as a hang does: the scheduler's watchdog is active only while a batch
+        runs (managers/scheduler_components/invariant_checker.py:518-523, utils/watchdog.py:
+        133-166), and here none does; the stuck requests' access lines never come either.
+        """
+        with self.cv:
+            checks = [r for r in self.waiting if r.health]
+            for req in checks:
+                self.waiting.remove(req)
+        for req in checks:
+            req.out.put(("finish", req.finish_reason, self.vclock))
+
+    def _first_token_stall(self, new: list) -> None:
+        """SGLANG_SIM_FAULT=first-token-stall: the first batch after ready that holds a request
+        other than a health check JIT-compiles its kernels first (sgl-project/sglang#7339).
+
+        Health checks do not trigger it (a choice): SGLang's check is one token of input_ids=[0]
+        with max_new_tokens=1 (0.5.23 entrypoints/http_server.py:751-762), the same tiny shapes
+        the warm-up already ran, while a user's prompt brings new ones; and a readiness probe
+        that polled /health must not use the stall up before the request it is meant to catch.
+        Requests that arrive during the stall wait for it too (one scheduler thread, like the
+        real scheduler blocked in the compile).
+
+        The log line is the one SGLang writes when DeepGEMM compiles a kernel on first use
+        (layers/deep_gemm_wrapper/compile_utils.py:179-183 (0.5.23), :134-138 (0.5.9), reached
+        from _deep_gemm_execution_hook, :526-531 (0.5.23)); the stand-in does not model which
+        kernel library a quantization uses (Triton and FlashInfer compile without SGLang
+        logging a line).
+        """
+        if not self._stall_pending or all(r.health for r in new):
+            return
+        self._stall_pending = False
+        cfg = self.loaded.hf_config
+        hidden = 7168
+        if cfg is not None:
+            try:
+                hidden = int(cfg.get("hidden_size") or hidden)
+            except (AttributeError, TypeError, ValueError):
+                pass
+        log(f"Try DeepGEMM JIT Compiling for <GEMM_NT_F8F8BF16> N={hidden}, K={hidden}, "
+            "num_groups=1 with all Ms. It only takes a little time (typically 1 sec) if you "
+            "have run `python3 -m sglang.compile_deep_gemm`. ", "TP0")
+        self._sleep(sim_faults.FIRST_TOKEN_STALL_S)
+
     def _prefill(self, new: list, queued: int) -> None:
+        self._first_token_stall(new)
         tokens = sum(r.prompt_tokens for r in new)
         self._sleep(0.01 + tokens / self.prefill_tps)
         self.prompt_tokens_total += tokens
@@ -336,6 +432,8 @@ class Scheduler:
             if req.aborted:
                 continue
             a = self.spec.accept_length if self.spec.enabled else 1.0
+            if self.zero_accept:  # every draft rejected: the bonus token only
+                a = 1.0
             k = req.steps
             n = int(math.floor((k + 1) * a + 1e-9) - math.floor(k * a + 1e-9))
             n = max(1, min(n, req.max_new_tokens - req.generated))

@@ -38,7 +38,7 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from sglang.srt import hardware
+from sglang.srt import hardware, sim_faults
 from sglang.srt.engine import Req, Scheduler
 from sglang.srt.hf_config import KIMI_K25_ARCHITECTURES
 from sglang.srt.model_loader import ModelLoader, Stopped
@@ -511,7 +511,13 @@ class Handler(BaseHTTPRequestHandler):
         if app.state != "ready":
             self._send(503, b"", "")
             return
-        req = app.scheduler.submit(Req(1, 1, "length", 0))
+        if urlsplit(self.path).path == "/health" and not _health_generates():
+            # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=false: /health answers 200 without
+            # generating, /health_generate still generates (hs:481-485 (0.5.9), :745-749
+            # (0.5.23))
+            self._send(200, b"", "")
+            return
+        req = app.scheduler.submit(Req(1, 1, "length", 0, health=True))
         try:
             app.run_to_end(req, timeout=HEALTH_TIMEOUT)
         except (queue.Empty, RuntimeError):
@@ -768,6 +774,14 @@ class Handler(BaseHTTPRequestHandler):
             raise
 
 
+def _health_generates() -> bool:
+    """envs.SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION.get(): an EnvBool, default true
+    (environ.py:462 (0.5.9), :344 (0.5.23)); true/1/yes/y and false/0/no/n in any case, anything
+    else warns and counts as the default (environ.py:66-86, :143-150 (0.5.23))."""
+    value = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION")
+    return value is None or value.lower() not in ("false", "0", "no", "n")
+
+
 def _flag(body: dict, name: str) -> bool:
     """A pydantic `bool` field: true/false, 0/1 and their usual strings."""
     value = body.get(name, False)
@@ -814,12 +828,17 @@ def launch_server(server_args) -> int:
                              f"\nRuntimeError: {crash}\n")
             return 1
         try:
+            faults = sim_faults.from_env()
+        except ValueError as exc:  # a simulator knob, not SGLang: refuse before anything loads
+            sys.stderr.write(f"sglang stand-in: {exc}\n")
+            return 2
+        try:
             loaded = ModelLoader(server_args, stop).run()
         except Stopped:
             log("Received SIGTERM while loading; exiting.")
             return 143
         dummy = server_args.node_rank > 0
-        scheduler = None if dummy else Scheduler(server_args, loaded, scale)
+        scheduler = None if dummy else Scheduler(server_args, loaded, scale, faults)
         app = App(server_args, loaded, scheduler, dummy=dummy)
         # startup_time of /server_info from 0.5.20 (observability/startup_time.py 0.5.20:11-69),
         # in simulated seconds
@@ -867,6 +886,7 @@ def launch_server(server_args) -> int:
                     uvicorn("INFO", f'127.0.0.1:{port + 1000} - "POST /generate HTTP/1.1" 200 OK',
                             access=True)
             if not stop.is_set():
+                scheduler.serving_started()  # SGLANG_SIM_FAULT faults that strike once ready
                 app.state = "ready"
                 log("The server is fired up and ready to roll!")
             stop.wait()
