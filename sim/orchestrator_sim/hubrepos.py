@@ -183,9 +183,9 @@ def kimi_files() -> dict[str, bytes]:
         "model_type": "kimi_k25",
         "text_config": _KIMI_TEXT_CONFIG,
         "vision_config": {"model_type": "moonvit", "hidden_size": 1152, "num_hidden_layers": 27},
-        # Top-level copies so simple readers need not know about text_config.
-        "hidden_size": 7168,
-        "vocab_size": 163840,
+        # No top-level hidden_size/vocab_size: SGLang's KimiK25Config derives them from
+        # text_config as read-only properties (configs/kimi_k25.py:163-171 (0.5.23)); a
+        # config.json that set them would fail at start. Readers look into text_config.
         "num_hidden_layers": 61,
         "bos_token_id": 163584,
         "eos_token_id": 163585,

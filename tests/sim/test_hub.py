@@ -20,6 +20,7 @@ import pytest
 
 from orchestrator_sim.hub import HUB_FLAKY, HUB_GATED, ModelHub, read_faults, write_faults
 from orchestrator_sim.hubrepos import (
+    EAGLE3_MLA_REPO,
     EAGLE3_OLD_BRANCH,
     EAGLE3_REPO,
     FAULTY_DRAFTERS,
@@ -148,15 +149,17 @@ def raw(hub: ModelHub, method: str, path: str, headers: dict[str, str] | None = 
 def test_seed_is_deterministic_and_has_the_expected_shapes(hub_data, tmp_path):
     data, heads = hub_data
     assert seed_repos(tmp_path / "again") == heads  # same content -> same shas anywhere
-    assert set(heads) == {KIMI_REPO, EAGLE3_REPO, *FAULTY_DRAFTERS}
+    assert set(heads) == {KIMI_REPO, EAGLE3_REPO, EAGLE3_MLA_REPO, *FAULTY_DRAFTERS}
+    mla = json.loads(commit_files(data, EAGLE3_MLA_REPO, heads[EAGLE3_MLA_REPO])["config.json"])
+    assert mla["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and mla["q_lora_rank"] == 1536
     assert all(len(s) == 40 and int(s, 16) >= 0 for s in heads.values())
 
     kimi = commit_files(data, KIMI_REPO, heads[KIMI_REPO])
     cfg = json.loads(kimi["config.json"])
     assert cfg["architectures"] == ["KimiK25ForConditionalGeneration"]
     assert cfg["model_type"] == "kimi_k25"
-    assert cfg["text_config"]["hidden_size"] == cfg["hidden_size"] == 7168
-    assert cfg["text_config"]["vocab_size"] == cfg["vocab_size"] == 163840
+    assert cfg["text_config"]["hidden_size"] == 7168 and "hidden_size" not in cfg
+    assert cfg["text_config"]["vocab_size"] == 163840 and "vocab_size" not in cfg
     assert cfg["text_config"]["num_hidden_layers"] == 61
     assert cfg["quantization_config"]["quant_method"] == "compressed-tensors"
     assert cfg["quantization_config"]["format"] == "nvfp4-pack-quantized"

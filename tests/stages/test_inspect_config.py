@@ -57,12 +57,13 @@ def test_good_drafter_matches_the_target(configs, local_host, stage_ctx):
 
 
 @pytest.mark.parametrize("repo,line", [
-    ("sim/eagle3-hidden4096", "drafter hidden_size 4096 != target hidden_size 7168 ({d} vs {t})"),
+    ("sim/eagle3-hidden4096",
+     "drafter hidden_size 4096 != target text_config.hidden_size 7168 ({d} vs {t})"),
     ("sim/eagle3-2layers", "drafter num_hidden_layers 2 != 1"),
     ("sim/eagle3-wrong-arch",
      'drafter architectures ["LlamaForCausalLM"] does not contain LlamaForCausalLMEagle3'),
     ("sim/eagle3-vocab-mismatch",
-     "drafter vocab_size 129280 != target vocab_size 163840 ({d} vs {t})"),
+     "drafter vocab_size 129280 != target text_config.vocab_size 163840 ({d} vs {t})"),
 ])
 def test_each_faulty_drafter_fails_in_check_with_both_values(configs, local_host, stage_ctx,
                                                               repo, line):
@@ -95,9 +96,11 @@ def test_all_mismatches_are_listed_together(configs, tmp_path, local_host, stage
 
 def test_reference_lookup_falls_back_and_reports_absent_keys(configs, tmp_path, local_host,
                                                              stage_ctx):
-    # a target config holding hidden_size only under text_config (the fallback key is used)
+    # K2.6 holds hidden_size only under text_config (the fallback key is used); without
+    # vocab_size anywhere there is nothing to compare
     target = json.loads(configs[KIMI_REPO].read_text())
-    del target["hidden_size"], target["vocab_size"], target["text_config"]["vocab_size"]
+    assert "hidden_size" not in target and "vocab_size" not in target
+    del target["text_config"]["vocab_size"]
     ref = tmp_path / "target.json"
     ref.write_text(json.dumps(target))
     with pytest.raises(StageError) as err:
@@ -180,5 +183,6 @@ def test_cli_stops_before_launch_with_the_mismatch(configs, tmp_path):
     assert r.code == 1
     assert r.statuses("localhost")["inspect"] == "failed" and not marker.exists()
     out = r.stdout + r.stderr
-    assert f"drafter hidden_size 4096 != target hidden_size 7168 ({drafter} vs {target})" in out
+    assert (f"drafter hidden_size 4096 != target text_config.hidden_size 7168 ({drafter} vs "
+            f"{target})") in out
     assert HINT in out
