@@ -55,8 +55,10 @@ def recommend(measured: list[TuneEntry]) -> Recommendation:
                           entries[best_low].settings if best_low else None, summary)
 
 
-def write_override(path: Path, rec: Recommendation) -> Path:
-    """The vars file of the setting best at the lowest concurrency measured."""
+def write_override(path: Path, rec: Recommendation,
+                   greedy: dict[str, str] | None = None) -> Path:
+    """The vars file of the setting best at the lowest concurrency measured, with the greedy
+    answers `off` gave (`greedy_reference`: a speculative deploy must answer the same)."""
     rows = rec.per_concurrency
     head = [f"# Written by `orchestrator tune`: the speculative setting best at concurrency "
             f"{rows[0].concurrency if rows else '?'}.",
@@ -65,7 +67,11 @@ def write_override(path: Path, rec: Recommendation) -> Path:
     head += [f"#   {r.concurrency:>4}: {r.label} {r.output_throughput:.1f}"
              + (f" ({r.speedup:.2f}x)" if r.speedup else "") for r in rows]
     head.append(f"# {rec.summary}.")
-    body = yaml.safe_dump((rec.best_low_settings or Candidate(None)).variables(), sort_keys=False)
+    doc = (rec.best_low_settings or Candidate(None)).variables()
+    if greedy:
+        head.append("# greedy_reference: what the target answered without speculation.")
+        doc["greedy_reference"] = greedy
+    body = yaml.safe_dump(doc, sort_keys=False)
     path.write_text("\n".join(head) + "\n" + body)
     return path
 

@@ -350,6 +350,23 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
     return _finish(tune_dir, state, cands, run_dir)
 
 
+def _greedy_of(run_dir: str | os.PathLike[str], off: TuneEntry | None) -> dict[str, str] | None:
+    """The greedy answers `off`'s deploy recorded at ready (wait_ready's fact `greedy`)."""
+    if off is None or off.status != "measured" or not off.deploy_run:
+        return None
+    try:
+        hosts = json.loads((Path(run_dir) / off.deploy_run / "summary.json").read_text())["hosts"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for host in hosts.values():
+        for facts in (host.get("facts") or {}).values():
+            greedy = facts.get("greedy") if isinstance(facts, dict) else None
+            if isinstance(greedy, dict) and not greedy.get("speculative") and greedy.get(
+                    "answers"):
+                return dict(greedy["answers"])
+    return None
+
+
 def _finish(tune_dir: Path, state: TuneState, cands: list[Candidate],
             run_dir: str | os.PathLike[str]) -> TuneResult:
     from orchestrator.bench.recommend import recommend, summary_lines, write_override
@@ -359,7 +376,9 @@ def _finish(tune_dir: Path, state: TuneState, cands: list[Candidate],
     entries = [e for e in state.candidates.values() if e.key in keys]
     rec = recommend([e for e in entries if e.status == "measured"])
     if rec.best_low is not None:
-        rec = replace(rec, override_file=str(write_override(tune_dir / OVERRIDE_FILE, rec)))
+        greedy = _greedy_of(run_dir, state.candidates.get("off"))
+        rec = replace(rec, override_file=str(write_override(tune_dir / OVERRIDE_FILE, rec,
+                                                            greedy)))
     state.recommendation = rec
     state.finished_at = utc_now()
     _save(tune_dir, state)

@@ -76,6 +76,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
         value = out.get(name, _raw_value(playbook, inventory, name))
         out[name] = _with_leaf(value, path, entry.get("commit"), name)
         notes.append(f"{spec.id}: {entry.get('repo')} -> {entry.get('commit')}")
+    _greedy_reference(playbook, source, out, notes)
     if not out:
         raise ConfigError([ConfigProblem(None, f"{source}: no hf_download commit to pin for "
                                          f"{playbook.name}", "; ".join(notes) or None)])
@@ -89,6 +90,32 @@ def cmd_pin(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _greedy_reference(playbook: Any, source: Path, out: dict[str, Any],
+                      notes: list[str]) -> None:
+    """The greedy answers a deploy WITHOUT speculation recorded at ready (wait_ready's fact
+    `greedy`), into the variable its `greedy_reference:` names: a later speculative deploy
+    must answer the same."""
+    import json
+
+    summary = (source if source.is_dir() else source.parent) / "summary.json"
+    try:
+        hosts = json.loads(summary.read_text()).get("hosts") or {}
+    except (OSError, ValueError):
+        return
+    for spec in playbook.stages:
+        ref = _REFERENCE.match(str(spec.with_.get("greedy_reference", "")).strip())
+        if spec.uses != "wait_ready" or ref is None or "." in ref.group(1):
+            continue
+        for host in hosts.values():
+            greedy = (host.get("facts") or {}).get(spec.id, {}).get("greedy")
+            if isinstance(greedy, dict) and not greedy.get("speculative") and greedy.get(
+                    "answers"):
+                out[ref.group(1)] = dict(greedy["answers"])
+                notes.append(f"{spec.id}: {len(greedy['answers'])} greedy answers of the "
+                             "target without speculation (a speculative deploy must match)")
+                return
 
 
 def _newest(run_dir: Path, playbook: str) -> Path:

@@ -98,6 +98,9 @@ def test_tune_resumes_then_picks_speculation_at_1_and_off_under_load(tuned: dict
     assert rows[32].best == "off" and rec.stops_paying_from == 32
     override = Path(rec.override_file).read_text()
     assert "eagle_topk: 4" in override and "num_draft_tokens: 8" in override
+    # what `off` answered greedily travels with the setting: a speculative deploy must match
+    reference = yaml.safe_load(override)["greedy_reference"]
+    assert len(reference) == 3 and all(reference.values())
     # the candidate was relaunched through the stages: new fingerprint, restart, verified
     wide = result.data.candidates[WIDE]
     summary = json.loads((tuned["base"] / "runs" / wide.deploy_run /

@@ -126,3 +126,37 @@ def test_pins_written_from_one_box_give_the_next_the_same_commits(boxes: Boxes) 
         assert facts[stage]["commit"] == first[stage]["commit"]
         assert facts[stage]["revision_pinned"] is True and not warnings(facts, stage)
     assert "is a branch" not in r.stderr + r.stdout
+
+
+def test_greedy_answers_pinned_without_speculation_hold_speculation_to_them(
+        boxes: Boxes) -> None:
+    """`orchestrator pin` of a deploy WITHOUT speculation writes what the target answered
+    greedily (greedy_reference); a speculative deploy with that file must answer the same, and
+    a drafter that corrupts the output fails ready with the cause."""
+    if boxes.first is None:
+        pytest.skip("needs the first deploy")
+    profile = yaml.safe_load((Path(PLAYBOOK).parents[1] / "configs/models/kimi-k2.6.yaml")
+                             .read_text())
+    off = boxes.work / "off.yaml"
+    off.write_text(yaml.safe_dump({"speculative": {"algorithm": None},
+                                   "min_accept_length": None}))
+    plain = boxes.deploy("gpu-2", "--vars-file", str(off))
+    assert plain.code == 0, plain.stdout[-3000:] + plain.stderr
+    pins = boxes.work / "pins-greedy.yaml"
+    p = cli("pin", PLAYBOOK, "-i", str(boxes.fleet.inventory_path), "--from",
+            str(plain.run_dir), "-o", str(pins), runs=boxes.work / "runs-pin2")
+    assert p.code == 0, p.stdout + p.stderr
+    reference = yaml.safe_load(pins.read_text())["greedy_reference"]
+    assert len(reference) == 3 and "greedy answers of the target" in pins.read_text()
+
+    spec = boxes.deploy("gpu-2", "--vars-file", str(pins))
+    assert spec.code == 0, spec.stdout[-3000:] + spec.stderr
+    greedy = spec.summary["hosts"]["gpu-2"]["facts"]["ready"]["greedy"]
+    assert greedy["speculative"] == "EAGLE3" and greedy["answers"] == reference
+
+    broken = boxes.work / "wrong-draft.yaml"
+    env = {**profile["launch"]["env"], "SGLANG_SIM_FAULT": "wrong-draft"}
+    broken.write_text(yaml.safe_dump({"launch": {**profile["launch"], "env": env}}))
+    bad = boxes.deploy("gpu-2", "--vars-file", str(pins), "--vars-file", str(broken))
+    assert bad.code == 1
+    assert "speculative decoding changes the output" in bad.stdout + bad.stderr

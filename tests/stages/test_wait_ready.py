@@ -236,3 +236,105 @@ def test_no_server_started(sglang_sim: SGLangSim, stage_ctx) -> None:
     assert isinstance(verdict, Needed) and "connection refused" in verdict.reason
     with pytest.raises(StageError, match="no server was started from"):
         make("wait_ready", sim.ready_params(sd)).apply(host, stage_ctx("ready"))
+
+
+# --- silent failures behind a healthy /health (the stand-in's SGLANG_SIM_FAULT)
+
+
+def _ready_fails(sim: SGLangSim, stage_ctx, sd: str, **params: Any) -> tuple[str, float]:
+    t0 = time.monotonic()
+    with pytest.raises(StageError) as err:
+        make("wait_ready", sim.ready_params(sd, **params)).apply(
+            sim.connect(), stage_ctx("ready", kind="wait_ready"))
+    return err.value.render(), time.monotonic() - t0
+
+
+def test_greedy_answers_must_be_the_targets_own(sglang_sim: SGLangSim, stage_ctx,
+                                                converge) -> None:
+    """Recorded without speculation, then required of the speculative server: equal when the
+    drafter is sound, a named failure when the draft corrupts the output (accept length high)."""
+    sim = sglang_sim
+    sd = sim.state_dir("greedy")
+    launch(sim, stage_ctx, converge, sd, speculative={"algorithm": None})
+    ctx = stage_ctx("ready", kind="wait_ready")
+    status, reason = converge(make("wait_ready", sim.ready_params(sd, min_accept_length=None)),
+                              sim.connect(), ctx)
+    assert status == "changed", reason
+    greedy = ctx.facts["greedy"]
+    assert greedy["speculative"] is None and len(greedy["answers"]) == 3
+    assert all(greedy["answers"].values())
+    reference = greedy["answers"]
+
+    launch(sim, stage_ctx, converge, sd)  # EAGLE-3, sound drafter: the same answers
+    ctx = stage_ctx("ready", kind="wait_ready")
+    status, reason = converge(make("wait_ready", sim.ready_params(
+        sd, greedy_reference=reference)), sim.connect(), ctx)
+    assert status == "changed", reason
+    assert ctx.facts["greedy"]["answers"] == reference
+    assert ctx.facts["greedy"]["speculative"] == "EAGLE3"
+
+    launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_FAULT": "wrong-draft"})
+    msg, took = _ready_fails(sim, stage_ctx, sd, greedy_reference=reference)
+    assert "speculative decoding changes the output: 3 of 3 greedy answers differ" in msg
+    assert "'The capital of France is': expected" in msg
+    assert "vocabulary map" in msg and took < 30
+
+
+def test_zero_acceptance_is_named(sglang_sim: SGLangSim, stage_ctx, converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("zero-accept")
+    launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_FAULT": "zero-accept"})
+    msg, took = _ready_fails(sim, stage_ctx, sd)
+    assert re.search(r"accept length 1\.0\d, required > 1\.2", msg), msg
+    assert "every draft is rejected (0% acceptance" in msg and "vllm#54997" in msg
+    assert took < 30
+
+
+def test_dead_scheduler_behind_a_healthy_health_is_caught(sglang_sim: SGLangSim, stage_ctx,
+                                                          converge) -> None:
+    sim = sglang_sim
+    sd = sim.state_dir("scheduler-dead")
+    launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_FAULT": "scheduler-dead"})
+    msg, took = _ready_fails(sim, stage_ctx, sd, first_token_timeout=2)
+    assert "answers /health 200 but produced no token within 2s" in msg
+    assert "scheduler is dead or hung behind a healthy /health (sglang#6624)" in msg
+    assert 2 <= took < 30
+
+
+def test_first_token_stall_is_warmed_up_and_named(sglang_sim: SGLangSim, stage_ctx,
+                                                  converge) -> None:
+    """A 20 s JIT stall on the first request after ready (here 1 s real at the test's time
+    scale): ready waits it out, asks again until requests are fast, and warns with the cause."""
+    sim = sglang_sim
+    sd = sim.state_dir("stall")
+    launch(sim, stage_ctx, converge, sd, env={"SGLANG_SIM_FAULT": "first-token-stall",
+                                             "SGLANG_SIM_FIRST_TOKEN_STALL_S": "1000"})
+    ctx = stage_ctx("ready", kind="wait_ready")
+    status, reason = converge(make("wait_ready", sim.ready_params(
+        sd, first_token_stall=0.5, first_token_timeout=10)), sim.connect(), ctx)
+    assert status == "changed", reason
+    assert ctx.facts["first_token_s"] >= 0.9
+    (warning,) = ctx.facts["warnings"]
+    assert "the first request after ready took" in warning and "sglang#7339" in warning
+    assert "warmed up before ready" in warning
+
+
+@pytest.mark.soak
+def test_200_healthy_boots_raise_no_false_alarm(sglang_sim: SGLangSim, stage_ctx,
+                                                converge) -> None:
+    """Every new check of ready (first token, greedy answers against the reference, accept
+    length) on 200 healthy boots: none fails, none warns (`make soak`)."""
+    sim = sglang_sim
+    sd = sim.state_dir("boots")
+    reference = None
+    alarms = []
+    for boot in range(200):
+        # a new launch each time: the fingerprint changes with the boot number
+        launch(sim, stage_ctx, converge, sd, env={"BOOT": str(boot)})
+        ctx = stage_ctx("ready", kind="wait_ready")
+        status, reason = converge(make("wait_ready", sim.ready_params(
+            sd, greedy_reference=reference)), sim.connect(), ctx)
+        if status != "changed" or ctx.facts.get("warnings"):
+            alarms.append((boot, status, reason, ctx.facts.get("warnings")))
+        reference = reference or ctx.facts["greedy"]["answers"]
+    assert not alarms, alarms[:5]

@@ -9,6 +9,7 @@ has always shown.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,13 @@ class ServerApi:
         return self.host.fact(HttpAnswer, url=self.base + path, method="POST",
                               headers={**self._headers(), "Content-Type": "application/json"},
                               body=json.dumps(body), timeout=timeout or self.request_timeout)
+
+    def timed_post(self, path: str, body: dict[str, Any],
+                   timeout: float) -> tuple[float, HttpAnswer]:
+        """post() and the seconds it took (from here: the host's round trip included)."""
+        t0 = time.monotonic()
+        answer = self.post(path, body, timeout=timeout)
+        return time.monotonic() - t0, answer
 
     def json(self, path: str, what: str) -> Any:
         """The JSON of a 200 answer; 401 and anything else are StageErrors."""

@@ -99,6 +99,54 @@ def accept_message(info: dict[str, Any], accept: float | None, *, floor: float |
         return head + (f"; speculative_algorithm is EAGLE but the drafter is an EAGLE-3 "
                        f"model ({', '.join(drafter_archs)}): SGLang then silently accepts "
                        "nothing (sglang PR #21272). Set speculative.algorithm: EAGLE3")
+    if accept is not None and accept < 1.05:  # per request N / (N - 1): the bonus tokens only
+        return head + (f"; every draft is rejected (0% acceptance, algorithm {algo}, drafter "
+                       f"{draft}: {', '.join(drafter_archs) or 'unknown'}): with the drafter "
+                       "trained for this target this is a broken draft path, seen with CUDA "
+                       "graphs (vllm-project/vllm#54997): try disable_cuda_graph once to "
+                       "confirm, and check the drafter's repo and revision")
     return head + (f"; algorithm {algo}, drafter {draft} "
                    f"({', '.join(drafter_archs) or 'unknown'}): the drafter does not match the "
                    "target (wrong repo or revision?) - use the drafter trained for this target")
+
+
+#: the fixed prompts answered greedily at ready: short, factual, with one obvious continuation
+GREEDY_PROMPTS = (
+    "The capital of France is",
+    "Count from one to ten in words: one, two,",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+)
+
+
+def _shared(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def greedy_problem(reference: dict[str, str], answers: dict[str, str]) -> str | None:
+    """Why the speculative server's greedy answers are not the target's own, or None.
+
+    An answer passes when it equals the recorded one, or first differs in the second half of
+    the longer of the two: greedy decoding can flip a late near-tie when batch shapes change
+    kernels' summation order, while a wrong draft (vocabulary map, drafter) changes the text
+    from its first tokens on. A prompt without a recorded answer is not compared.
+    """
+    wrong = []
+    for prompt, want in reference.items():
+        got = answers.get(prompt)
+        if got is None or got == want:
+            continue
+        if _shared(got, want) * 2 >= max(len(got), len(want)):
+            continue
+        wrong.append(f"{prompt[:40]!r}: expected {want[:60]!r}, got {got[:60]!r}")
+    if not wrong:
+        return None
+    return (f"speculative decoding changes the output: {len(wrong)} of {len(reference)} "
+            "greedy answers differ from the target's own (recorded without speculation): "
+            + "; ".join(wrong) + ". A correct drafter only changes the speed: a wrong "
+            "vocabulary map (draft_vocab_size / hot tokens), a drafter for another model or "
+            "revision, or a broken draft backend does this")

@@ -369,7 +369,7 @@ class Scheduler:
         log(f"Try DeepGEMM JIT Compiling for <GEMM_NT_F8F8BF16> N={hidden}, K={hidden}, "
             "num_groups=1 with all Ms. It only takes a little time (typically 1 sec) if you "
             "have run `python3 -m sglang.compile_deep_gemm`. ", "TP0")
-        self._sleep(sim_faults.FIRST_TOKEN_STALL_S)
+        self._sleep(sim_faults.first_token_stall_s())
 
     def _prefill(self, new: list, queued: int) -> None:
         self._first_token_stall(new)

@@ -22,7 +22,8 @@ log as usual and /health answering 200, so that only a check of what is served c
                      generation requests wait forever, /health and /health_generate stay 200
                      (sgl-project/sglang#6624); nothing is logged.
   first-token-stall  the first generation request after ready that is not a health check
-                     waits FIRST_TOKEN_STALL_S nominal seconds before its first token (kernels
+                     waits FIRST_TOKEN_STALL_S (or SGLANG_SIM_FIRST_TOKEN_STALL_S) nominal
+                     seconds before its first token (kernels
                      JIT-compiled on first use, sgl-project/sglang#7339); later requests are fast.
 
 An unknown name stops the launch (exit 2) before anything loads: a typo must not pass for a
@@ -40,6 +41,13 @@ FIRST_TOKEN_STALL = "first-token-stall"
 KNOWN = (WRONG_DRAFT, ZERO_ACCEPT, SCHEDULER_DEAD, FIRST_TOKEN_STALL)
 
 FIRST_TOKEN_STALL_S = 20.0  # nominal seconds, times hardware.time_scale() like every duration
+
+
+def first_token_stall_s() -> float:
+    """The stall's nominal seconds: SGLANG_SIM_FIRST_TOKEN_STALL_S, else FIRST_TOKEN_STALL_S
+    (a test at a small time scale lengthens it to stand out of the SSH round trip)."""
+    value = os.environ.get("SGLANG_SIM_FIRST_TOKEN_STALL_S")
+    return float(value) if value else FIRST_TOKEN_STALL_S
 
 
 def parse(value) -> frozenset:
