@@ -11,7 +11,7 @@ PYTEST  ?= $(BIN)/pytest
 # makes the slowest first (xdist's default, most tests first, started the longest ones last).
 PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
 
-.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang clean gateway-wheels fleet-demo
+.PHONY: help venv test lint bench demo hello drill faults soak sync-sglang fidelity-real clean gateway-wheels fleet-demo
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
@@ -68,6 +68,10 @@ hello: venv  ## the small example playbook on localhost
 
 sync-sglang: venv  ## regenerate orchestrator/sglang/releases/*.json from the real SGLang wheels (network); ARGS=--check: change nothing, fail on a stale file or a newer release on the index
 	$(BIN)/python scripts/sync_sglang.py $(ARGS)
+
+fidelity-real: venv  ## run the REAL SGLang start-up validation of every release on the fidelity table (network; builds .cache/real-serverargs, ~2 GB; 10-20 min) and record it in tests/sglang/real_serverargs.json
+	sh scripts/real_serverargs/setup.sh
+	$(BIN)/python scripts/real_serverargs/record.py $(ARGS)
 
 clean:  ## remove the venv, caches and run records
 	rm -rf $(VENV) runs .sim .pytest_cache .ruff_cache *.egg-info sim/*.egg-info

@@ -4,9 +4,14 @@ Runs ON the host with the venv's python (stdlib only here; SGLang itself is impo
 
     VENV_PYTHON -c "$(cat sglang_check.py)" '["--model-path", "/m", ...]'
 
-`prepare_server_args(argv)` is what `python -m sglang.launch_server` calls before it starts any
-process (sglang/srt/server_args.py:5568-5583 (0.5.9), :668-700 (0.5.23)): argparse, then
-ServerArgs.__post_init__ with every start-time rule of the release. It needs torch, so on a
+What `python -m sglang.launch_server` runs before it starts any process, in its order:
+`prepare_server_args(argv)` (sglang/srt/server_args.py:5568-5583 (0.5.9), :668-700 (0.5.23)):
+argparse, then ServerArgs(...), whose __post_init__ holds the start-time rules up to 0.5.15;
+`resolve_once()` from 0.5.19, where __post_init__ is empty and the rules moved
+(server_args.py:3673 (0.5.19), :244 (0.5.23); called at launch_server.py:29 and
+entrypoints/engine.py:1153 (0.5.23)); then `check_server_args()` in every release
+(entrypoints/engine.py:1026 (0.5.9), :1165 (0.5.23): the served-name colon, nnodes, pipeline
+with speculation). `stage` in the answer names which one refused. It needs torch, so on a
 host without a working SGLang install the answer is `available: false` and the caller's own
 tables decide. The last stdout line is `ORCH_RESULT {json}`:
 
@@ -42,20 +47,26 @@ def check(argv):
     except BaseException as exc:  # noqa: BLE001 - torch missing, CUDA broken, anything
         return {"available": False, "kind": type(exc).__name__, "message": str(exc)[:500]}
     captured = io.StringIO()
+    stage = "prepare_server_args"
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
             server_args = prepare_server_args(list(argv))
+            if hasattr(server_args, "resolve_once"):
+                stage = "resolve_once"
+                server_args.resolve_once()
+            stage = "check_server_args"
+            server_args.check_server_args()
     except SystemExit as exc:  # argparse: usage + "error: ..." on stderr, exit 2
         lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
         message = "\n".join(lines[-3:])
         if exc.code in (0, None):  # -h/--help: usage printed, exit 0, nothing started
             message = "SGLang printed its usage and exited (code 0): -h/--help is an argument"
         return {"available": True, "ok": False, "kind": "argparse", "code": exc.code,
-                "message": message, "seconds": time.monotonic() - started}
+                "stage": stage, "message": message, "seconds": time.monotonic() - started}
     except BaseException as exc:  # noqa: BLE001 - ServerArgs raises anything
         text = str(exc) or traceback.format_exc().strip().splitlines()[-1]
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        return {"available": True, "ok": False, "kind": type(exc).__name__,
+        return {"available": True, "ok": False, "kind": type(exc).__name__, "stage": stage,
                 "message": text[:1500], "where": f"{where.filename}:{where.lineno}",
                 "seconds": time.monotonic() - started}
     fields = {k: _jsonable(getattr(server_args, k, None)) for k in FIELDS}

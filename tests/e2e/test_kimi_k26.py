@@ -116,6 +116,10 @@ def test_fresh_box_one_deploy_reaches_ready(box: Box) -> None:
     assert "0.18.0" in installed and "0.8.1" not in installed
     assert facts["ready"]["accept_length"] > 1.2
     assert "ready after" in r.stdout and "accept length" in r.stdout
+    # the KV pool predicted before the launch (rules/memory.py), shown and kept
+    pool = facts["server"]["kv_pool"]
+    assert pool["context_length"] == 262144 and pool["tokens"] > 262144 * 0.95
+    assert f"predicted KV pool {pool['tokens']:,} tokens per rank" in r.stdout + r.stderr
     # the load timeline, from the server's own log: a first load compiles its kernels (cold)
     phases = {p["phase"]: p for p in facts["ready"]["load_timeline"]}
     assert set(phases) == {"process start", "target weights", "kv pool", "draft weights",

@@ -10,6 +10,8 @@ and rule is the preflight rule that must refuse it. Every outcome is read from t
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +77,14 @@ class Case:
             if tuple(int(x) for x in start.split(".")) <= key:
                 chosen = outcome
         return chosen
+
+    def digest(self) -> str:
+        """What a recorded real outcome depends on (tests/sglang/real_serverargs.json): the
+        arguments, both configs, the GPU and the environment."""
+        data = {"argv": self.argv("TARGET", "DRAFT"), "target": self.target,
+                "draft": self.draft, "draft_path": self.draft_path, "cc": self.cc,
+                "env": self.env, "served_name": self.served_name}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def argv(self, target_dir: str, draft_dir: str) -> list[str]:
         """The launch arguments (as the sglang_server stage would build them)."""
