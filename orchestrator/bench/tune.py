@@ -248,18 +248,22 @@ def _load_state(tune_dir: Path, workload: BenchOptions, playbook: str) -> TuneSt
     return state
 
 
+def _preflights(outcome: DeployOutcome) -> list[tuple[str, str, dict[str, Any]]]:
+    """(host, stage id, facts) of every stage that ran the sglang_server preflight."""
+    return [(name, stage_id, facts) for name, host in outcome.summary.hosts.items()
+            for stage_id, facts in host.facts.items()
+            if isinstance(facts, dict) and isinstance(facts.get("preflight"), dict)]
+
+
 def preflight_refusal(outcome: DeployOutcome) -> str | None:
     """The preflight's refusal in a deploy (or dry run), or None: the sglang_server stage that
     failed after recording preflight rules, with its error (the problems and their fixes)."""
-    for name, host in outcome.summary.hosts.items():
-        for stage_id, facts in host.facts.items():
-            rules = (facts.get("preflight") or {}).get("rules") if isinstance(
-                facts, dict) else None
-            stage = host.stages.get(stage_id)
-            if rules and stage is not None and stage.error:
-                problems = [ln.strip()[2:] for ln in stage.error.splitlines()
-                            if ln.strip().startswith("- ")]
-                return f"{name}: " + "; ".join(problems or [stage.error.strip()])
+    for name, stage_id, facts in _preflights(outcome):
+        stage = outcome.summary.hosts[name].stages.get(stage_id)
+        if facts["preflight"].get("rules") and stage is not None and stage.error:
+            problems = [ln.strip()[2:] for ln in stage.error.splitlines()
+                        if ln.strip().startswith("- ")]
+            return f"{name}: " + "; ".join(problems or [stage.error.strip()])
     return None
 
 
@@ -267,22 +271,22 @@ def _refuse(entry: TuneEntry, outcome: DeployOutcome, reason: str,
             say: Callable[[str], None]) -> None:
     entry.status, entry.error = "refused", reason
     entry.deploy_run, entry.deploy_exit = outcome.run_id, outcome.exit_code
-    say(f"tune: {entry.key}: refused by the preflight, skipped (never launched): "
-        f"{reason}")
+    say(f"tune: {entry.key}: refused by the preflight, skipped (never launched): {reason}")
 
 
 def _screen(c: Candidate, entry: TuneEntry, ctx: dict[str, Any],
-            say: Callable[[str], None]) -> bool:
-    """A dry run of the candidate's deploy: False (entry refused) when the preflight refuses."""
+            say: Callable[[str], None]) -> str:
+    """A dry run of the candidate's deploy: "refused" (entry recorded), "passed", or
+    "deferred" (no preflight ran: the venv or checkpoints are not there yet)."""
     outcome = deploy(ctx["playbook"], ctx["inventory"], cli_vars={**ctx["cli_vars"],
                                                                   **c.variables()},
                      selection=Selection.from_args(ctx["limit"]), run_dir=ctx["run_dir"],
                      options=RunOptions(dry_run=True))
     reason = preflight_refusal(outcome)
-    if reason is None:
-        return True
-    _refuse(entry, outcome, reason, say)
-    return False
+    if reason is not None:
+        _refuse(entry, outcome, reason, say)
+        return "refused"
+    return "passed" if _preflights(outcome) else "deferred"
 
 
 def _measure(c: Candidate, entry: TuneEntry, ctx: dict[str, Any],
@@ -336,15 +340,15 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
             say(f"tune: {c.key}: already measured (bench run {entry.bench_run}), skipped")
             continue
         entry = state.candidates[c.key] = TuneEntry(c.key, c.label, c, started_at=utc_now())
-        if c.algorithm and not _screen(c, entry, ctx, say):
-            _save(tune_dir, state)
-            continue
-        todo.append((c, entry))
-    for n, (c, entry) in enumerate(todo):
-        if n and c.algorithm and not _screen(c, entry, ctx, say):
-            _save(tune_dir, state)
-            continue
+        screened = _screen(c, entry, ctx, say) if c.algorithm else "passed"
         _save(tune_dir, state)
+        if screened != "refused":
+            todo.append((c, entry, screened))
+    for n, (c, entry, screened) in enumerate(todo):
+        # a bare box: the first deploy installs what the preflight needs; screen the rest now
+        if n and screened == "deferred" and _screen(c, entry, ctx, say) == "refused":
+            _save(tune_dir, state)
+            continue
         _measure(c, entry, ctx, say)
         _save(tune_dir, state)
     return _finish(tune_dir, state, cands, run_dir)
