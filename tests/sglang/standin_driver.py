@@ -1,6 +1,8 @@
 """Runs launch cases through the SGLang stand-in of ONE release, in-process, and reports when
 each one fails: argparse, start (ServerArgs), sched-init (before the target's weights loaded),
-after-load, silent (starts, but speculation accepts nothing), or ok.
+after-load, first-request (the server's warm-up request, right after both loads), silent
+(starts, but speculation accepts nothing, or the KV pool holds less than one full-length
+request), or ok. "ok" and "silent" results carry the stand-in's max_total_num_tokens.
 
 Run by tests/sglang/test_fidelity.py in a subprocess whose PYTHONPATH holds that release's
 stand-in wheel (unpacked) and the simhw test double. Reads a JSON list of
@@ -32,6 +34,7 @@ def run_case(case: dict) -> dict:
             args = prepare_server_args(case["argv"])
             loader = ModelLoader(args, threading.Event())
             loaded = loader.run()
+            loader.warmup()  # sets loader.phase = "first-request"
     except SystemExit:
         return {"id": case["id"], "phase": "argparse", "error": out.getvalue()[-300:]}
     except BaseException as exc:  # noqa: BLE001 - every failure is an outcome
@@ -42,9 +45,16 @@ def run_case(case: dict) -> dict:
         os.environ.clear()
         os.environ.update(saved)
     spec = loaded.spec
+    result = {"id": case["id"], "max_total_num_tokens": loaded.max_total_num_tokens,
+              "context_len": loaded.context_len}
     if spec.enabled and spec.accept_length <= 1.0:
-        return {"id": case["id"], "phase": "silent", "error": spec.note}
-    return {"id": case["id"], "phase": "ok", "accept_length": spec.accept_length}
+        return {**result, "phase": "silent", "error": spec.note}
+    if loaded.max_total_num_tokens < loaded.context_len:
+        # real SGLang starts with max_req_len = min(context_len - 1, pool - 1)
+        return {**result, "phase": "silent",
+                "error": f"KV pool {loaded.max_total_num_tokens} tokens < context length "
+                         f"{loaded.context_len}"}
+    return {**result, "phase": "ok", "accept_length": spec.accept_length}
 
 
 def main() -> int:

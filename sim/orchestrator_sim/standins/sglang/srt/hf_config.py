@@ -14,6 +14,9 @@ MLA_ARCHITECTURES = (
     "DeepseekV3ForCausalLM",
     "DeepseekV32ForCausalLM",
     "KimiK25ForConditionalGeneration",
+    # the MLA EAGLE-3 drafter: AttentionArch.MLA (configs/model_config.py:616 (0.5.12), :1392
+    # (0.5.23))
+    "Eagle3DeepseekV2ForCausalLM",
 )
 KIMI_K25_ARCHITECTURES = ("KimiK25ForConditionalGeneration",)
 

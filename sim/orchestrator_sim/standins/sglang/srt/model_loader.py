@@ -23,6 +23,22 @@ EAGLE3_DRAFT_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCaus
 MLA_DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM",)
 ACCEPT_PROB = 0.72  # per-token acceptance of a matched EAGLE-3 drafter: 3 steps -> 2.61
 TARGET_AS_DRAFT = 0.038 / 0.0072  # a draft step of the full target costs a target forward
+#: Free memory torch reports before the weights load ("Load weight begin. avail mem=") is the
+#: GPU's total less what the process already holds at that point: the CUDA context (~0.5 GiB on
+#: Hopper/Blackwell with the kernel images loaded), the NCCL communicators of the TP group and
+#: the custom all-reduce IPC buffers (~1 GiB at tp 8). This stand-in's reading: 1536 MiB in all,
+#: the same for every release (SGLang measures it, model_runner.py:828-853 (0.5.9)).
+CUDA_CONTEXT_MIB = 1536
+#: What the load leaves allocated beside the weights (the sampler's and the attention
+#: backend's workspaces, the torch allocator's rounding): 512 MiB.
+LOAD_MISC_MIB = 512
+#: The vision cache a multimodal model keeps out of the KV budget from 0.5.19:
+#: SGLANG_VLM_CACHE_SIZE_MB (environ.py:1248 (0.5.19)) in mm_runtime_reservation_gb,
+#: mem_cache/kv_cache_configurator.py:132-149 (0.5.19), :202-218 (0.5.23).
+VLM_CACHE_MIB = 100
+#: A one-layer EAGLE-3 head of a 7168-hidden target (midlayer, fc, a 32k draft lm_head) is
+#: about 1B parameters: 2 GB in bf16, spread over the ranks.
+DRAFT_BYTES_WITHOUT_WEIGHTS = 2_000_000_000
 
 
 class Stopped(Exception):
@@ -75,8 +91,18 @@ class LoadedModel:
         self.max_total_num_tokens = 0
         self.spec = SpecProfile(False)
         self.context_len = 0
+        #: min(context_len - 1, pool - 1): the longest request the scheduler admits
+        #: (tp_worker.py:287-294 (0.5.9), :557-568 (0.5.23))
+        self.max_req_len = 0
         self.cuda_graph_max_bs = 0
         self.group = None  # the multi-node group's links (srt/distributed.py), kept open
+        #: what the first forward (the server's warm-up request) raises, if anything
+        self.first_request_error = None
+
+    def first_forward(self) -> None:
+        """Run the first forward: raise what real SGLang's first batch would raise."""
+        if self.first_request_error is not None:
+            raise self.first_request_error
 
 
 class ModelLoader:
@@ -96,6 +122,11 @@ class ModelLoader:
         self._weights_gb = 0.0
         self._free_gb = 0.0
         self._draft_gb = 0.0
+        self._misc_gb = 0.0
+        #: what fails the server's warm-up request (its first forward), if anything
+        self._first_request_error = None
+        #: the target's verify backend drops the tree mask (flashinfer MLA, topk > 1)
+        self._aux_capture = None  # (captured, wanted) aux hidden states, when short
         #: where start-up is: "sched-init" until the target's weights loaded, then "after-load"
         self.phase = "sched-init"
 
@@ -117,17 +148,29 @@ class ModelLoader:
         self._allocate(gpus)
         self._load_target(cfg)
         if at_least(0, 5, 15):
+            # v2: both loads, then the draft worker's pool (token map, lm_head, the rejection
+            # sampling vocab check), then both backends: eagle_worker_v2.py:244-295 (0.5.23)
             self._load_draft(cfg)
             self._init_memory_pool(cfg)
+            self._init_draft_worker(cfg)
             self._init_attention_backend(cfg, draft=False)
             self._init_attention_backend(cfg, draft=True)
         else:
             self._init_memory_pool(cfg)
             self._init_attention_backend(cfg, draft=False)
             self._load_draft(cfg)
+            self._init_draft_worker(cfg)
             self._init_attention_backend(cfg, draft=True)
         self._capture_cuda_graphs()
+        self._check_tree_verify()
         return self.result
+
+    def warmup(self) -> None:
+        """The server's warm-up: one generate request sent right after start-up
+        (_wait_and_warmup, entrypoints/http_server.py (0.5.9 - 0.5.23)). Its first forward
+        finds what no start-up step checks; the scheduler dies with the error."""
+        self.phase = "first-request"
+        self.result.first_forward()
 
     def _pick_gpus(self) -> list:
         args = self.args
@@ -144,7 +187,8 @@ class ModelLoader:
         self.result.gpus = [int(g["index"]) for g in chosen]
         self.result.total_mib = int(chosen[0].get("memory_total_mib", 0))
         used = max(int(g.get("memory_used_mib", 0) or 0) for g in chosen)
-        self._free_gb = (self.result.total_mib - used) / 1024.0
+        # the pre-load free memory SGLang profiles (min over ranks): see CUDA_CONTEXT_MIB
+        self._free_gb = max(0.0, self.result.total_mib - used - CUDA_CONTEXT_MIB) / 1024.0
         return chosen
 
     def _wait_for_peers(self) -> None:
@@ -244,9 +288,10 @@ class ModelLoader:
                 f"CUDA out of memory. Tried to allocate {weights_gb:.2f} GiB. GPU 0 has a total "
                 f"capacity of {total_gb:.2f} GiB of which {self._free_gb:.2f} GiB is free.")
         self._weights_gb = weights_gb
+        self._misc_gb = LOAD_MISC_MIB / 1024.0
         # the real line: model_runner.py:1041-1047 (0.5.9), :1373-1379 (0.5.23)
         log(f"Load weight end. elapsed={self._since(t0):.2f} s, type={cfg.arch}, "
-            f"dtype=torch.bfloat16, avail mem={self._free_gb - weights_gb:.2f} GB, "
+            f"dtype=torch.bfloat16, avail mem={self._free_gb - weights_gb - self._misc_gb:.2f} GB, "
             f"mem usage={weights_gb:.2f} GB.", "TP0")
 
     def _load_draft(self, cfg: HFConfig) -> None:
@@ -307,7 +352,10 @@ class ModelLoader:
         else:
             self._sleep(8.0)
         self._check_draft_weights(cfg, dcfg)
-        draft_gb = self._weights_per_gpu_gb(dcfg) if dcfg.weight_bytes else 0.75
+        # a drafter folder without weights (a bare config.json in tests) counts as
+        # DRAFT_BYTES_WITHOUT_WEIGHTS over the tp x pp ranks
+        draft_gb = self._weights_per_gpu_gb(dcfg) if dcfg.weight_bytes else \
+            DRAFT_BYTES_WITHOUT_WEIGHTS / max(1, args.tp_size * args.pp_size) / (1 << 30)
         self._draft_gb = draft_gb
         left = self._free_gb - self._weights_gb - draft_gb
         log(f"Load weight end. elapsed={self._since(t0):.2f} s, type={dcfg.arch}, "
@@ -384,35 +432,201 @@ class ModelLoader:
                 raise ValueError(f"{name} backend can only be used with MLA models.")
             if name == "trtllm_mha" and mla:  # attention_registry.py:158 (0.5.9), :280 (0.5.23)
                 raise ValueError("trtllm_mha backend can only be used with non-MLA models.")
-            if draft and name == "cutlass_mla":  # speculative/draft_utils.py:63 (0.5.9)
-                raise ValueError("EAGLE is not supported in decode attention backend cutlass_mla")
+        if draft and args.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE"):
+            self._create_draft_backends(model)
+
+    def _create_draft_backends(self, dcfg: HFConfig) -> None:
+        """DraftBackendFactory (speculative/draft_utils.py): the multi-step draft decode
+        backend (only with num_steps > 1: `== 1` :40 (0.5.9-0.5.12), `<= 1` :41 (0.5.15), :81
+        (0.5.19), :86 (0.5.20-0.5.23)), then the draft-extend backend. Each is the
+        --speculative-draft-attention-backend, else the decode / prefill backend, else
+        --attention-backend (_create_backend :23-37 (0.5.9), :47-82 (0.5.23)); a name
+        missing from the release's map raises (raise :35 (0.5.9-0.5.15), :59 (0.5.19), :64
+        (0.5.20-0.5.23)); the messages: decode :63 (0.5.9), :64 (0.5.10), :66 (0.5.12), :69
+        (0.5.15), :110 (0.5.19), :119 (0.5.20-0.5.22), :118 (0.5.23); extend :91 (0.5.9), :93
+        (0.5.10), :97 (0.5.12), :103 (0.5.15), :142 (0.5.19), :155 (0.5.20-0.5.22), :153
+        (0.5.23)."""
+        args = self.args
+        known = _draft_backend_map()
+        own = args.opt("speculative_draft_attention_backend")
+        steps = int(args.speculative_num_steps or 1)
+        topk = int(args.speculative_eagle_topk or 1)
+        if steps > 1:
+            decode = own or args.decode_attention_backend or args.attention_backend
+            if decode not in known:
+                raise ValueError(f"EAGLE is not supported in decode attention backend {decode}")
+            if decode == "flashinfer" and dcfg.is_mla and topk > 1:
+                # an MLA drafter gets FlashInferMLAMultiStepDraftBackend (draft_utils.py:115
+                # `use_mla_backend` of the draft runner, the last to set it (0.5.12); :121
+                # (0.5.15), :227 (0.5.23)), which refuses a tree: flashinfer_mla_backend.py raise
+                # :913 (0.5.12), :935 (0.5.15), :1189 (0.5.19), :1176 (0.5.20, 0.5.21), :1197
+                # (0.5.22, 0.5.23). No MLA drafter loads before 0.5.12.
+                raise ValueError("Currently Flashinfer MLA only supports topk=1 for speculative "
+                                 "decoding")
+        extend = own or args.prefill_attention_backend or args.attention_backend
+        if extend not in known:
+            raise ValueError(f"EAGLE is not supported in attention backend {extend}")
+
+    def _init_draft_worker(self, cfg: HFConfig) -> None:
+        """What the EAGLE draft worker finds once both models are there: the token map, the
+        rejection sampling vocab, the target's aux hidden-state layers and the draft tree."""
+        args = self.args
+        dcfg = self.result.draft_config
+        algo = args.speculative_algorithm
+        if dcfg is None or algo not in ("EAGLE", "EAGLE3"):
+            return
+        if args.opt("speculative_token_map") and algo == "EAGLE3":
+            # eagle_worker.py:123 (0.5.9, 0.5.10), :142 (0.5.12); eagle_worker_v2.py:182
+            # (0.5.9), :188 (0.5.10), :201 (0.5.12), :317 (0.5.15), :276 (0.5.19), :310
+            # (0.5.20), :317 (0.5.21), :308 (0.5.22), :328 (0.5.23)
+            log("Speculative token map specified, but EAGLE3 models already have this. "
+                "Ignoring the specified token map.", "TP0")
+        # --speculative-use-block-verification turns rejection sampling on for EAGLE/EAGLE3
+        # (arg_groups/speculative_hook.py:161 (0.5.22), :175 (0.5.23))
+        if at_least(0, 5, 15) and (args.opt("speculative_use_rejection_sampling") or
+                                   args.opt("speculative_use_block_verification")):
+            # the draft vocab is hot_token_id.shape[0] (the drafter's d2t, draft_vocab_size),
+            # else the target's: eagle_worker_v2.py raise :232 (0.5.15), :225 (0.5.19), :254
+            # (0.5.20), :253 (0.5.21), :250 (0.5.22), :270 (0.5.23)
+            target_vocab = cfg.vocab_size
+            draft_vocab = dcfg.get("draft_vocab_size") or target_vocab
+            if draft_vocab != target_vocab:
+                raise ValueError(
+                    "--speculative-use-rejection-sampling requires the draft and target to share "
+                    f"one vocab, but the draft vocab ({draft_vocab}) != target vocab "
+                    f"({target_vocab}).")
+        steps = int(args.speculative_num_steps or 1)
+        topk = int(args.speculative_eagle_topk or 1)
+        ndt = int(args.speculative_num_draft_tokens or steps + 1)
+        if topk > 1 and ndt - 1 > topk + (steps - 1) * topk ** 2:
+            # organize_draft_results: torch.topk(score_list, num_draft_token - 1) over
+            # topk + (steps - 1) * topk**2 scores, outside the CUDA graph, at the first decode:
+            # speculative/eagle_utils.py:27 (0.5.9, 0.5.10), :28 (0.5.12), :114 (0.5.15), :117
+            # (0.5.19), :116 (0.5.20), :120 (0.5.21), :123 (0.5.22), :110 (0.5.23); called at
+            # eagle_worker.py:681 (0.5.9), eagle_worker_v2.py:919 (0.5.23). ServerArgs does not
+            # check it.
+            self.result.first_request_error = RuntimeError("selected index k out of range")
+        if algo == "EAGLE3":
+            self._set_eagle3_layers_to_capture(cfg, dcfg)
+
+    def _set_eagle3_layers_to_capture(self, cfg: HFConfig, dcfg: HFConfig) -> None:
+        """The target captures the input of layer i for each id (deepseek_v2.py:2721 (0.5.9),
+        :3194 (0.5.23)); the ids come from the drafter's eagle_config (model_runner.py:363-368
+        (0.5.9), :474-479 (0.5.15); spec_aux_hidden_state.py:185-196 (0.5.23)), default
+        [2, L // 2, L - 3]. DeepSeek targets shift them +1 always up to 0.5.12, only when
+        ids[0] == 1 from 0.5.15: set_eagle3_layers_to_capture deepseek_v2.py:2963 (0.5.9),
+        :2295 (0.5.10), :2529 (0.5.12), :2897 (0.5.15), :3209 (0.5.19), :3097 (0.5.20), :3379
+        (0.5.21), :3404 (0.5.22), :3458 (0.5.23); Llama targets always (llama.py:790 (0.5.9),
+        :823 (0.5.15), :941 (0.5.23)). An id >= the target's layers is never captured."""
+        layers = int(cfg.num_hidden_layers or 0)
+        eagle = dcfg.get("eagle_config")
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+        if ids is None:
+            return  # [2, L // 2, L - 3]: always inside the model
+        ids = [int(i) for i in ids]
+        deepseek = cfg.is_mla
+        if not deepseek or not at_least(0, 5, 15) or (ids and ids[0] == 1):
+            captured = [i + 1 for i in ids]
+        else:
+            captured = list(ids)
+        got = sum(1 for i in captured if i < layers)
+        if got == len(captured):
+            return
+        if at_least(0, 5, 19):
+            # AuxHiddenStatePacker checks the count after the forward, first met while the
+            # target's CUDA graphs are captured: layers/aux_hidden_states.py assert :45 (0.5.19),
+            # raise RuntimeError :46 (0.5.20), :59 (0.5.21), :78 (0.5.22), :87 (0.5.23)
+            self._aux_capture = (got, len(captured))
+            return
+        # up to 0.5.15 the drafter's fc (3 x hidden in) gets fewer hidden states at the first
+        # draft-extend forward (llama_eagle3.py fc; the packing has no check)
+        hidden = int(cfg.hidden_size or 7168)
+        self.result.first_request_error = RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied (6x{got * hidden} and "
+            f"{len(captured) * hidden}x{hidden})")
+
+    def _aux_capture_error(self) -> Exception:
+        got, want = self._aux_capture
+        message = f"captured {got} of {want} aux hidden states"
+        return AssertionError(message) if not at_least(0, 5, 20) else RuntimeError(message)
+
+    def _check_tree_verify(self) -> None:
+        """Target verify of an MLA model on FlashInfer computes the tree's custom mask and
+        drops it (a causal paged plan): with topk > 1 sibling drafts see each other, and the
+        verify logits are wrong; nothing is raised. flashinfer_mla_backend.py "TODO: Support
+        topk > 1 with custom mask" :857 (0.5.9-0.5.12), :876 (0.5.15), :1103 (0.5.19), :1090
+        (0.5.20, 0.5.21), :1110 (0.5.22, 0.5.23). Verify runs on the prefill backend unless
+        --speculative-attention-mode decode (server_args.py:477, hybrid_attn_backend.py:44-47
+        (0.5.9))."""
+        args = self.args
+        spec = self.result.spec
+        cfg = self.result.hf_config
+        if not spec.enabled or args.speculative_algorithm not in ("EAGLE", "EAGLE3") or \
+                int(args.speculative_eagle_topk or 1) <= 1 or not cfg.is_mla:
+            return
+        if args.opt("speculative_attention_mode") == "decode":
+            verify = args.decode_attention_backend or args.attention_backend
+        else:
+            verify = args.prefill_attention_backend or args.attention_backend
+        if verify == "flashinfer":
+            spec.accept_length = 1.0
+            spec.note = ("tree verify on FlashInfer MLA drops the custom mask: drafts are "
+                         "rejected")
 
     def _init_memory_pool(self, cfg: HFConfig) -> None:
-        """KV pool = post - pre * (1 - mem_fraction_static); <= 0 stops the server:
-        model_runner_kv_cache_mixin.py:116-149/:415-419 (0.5.9); kv_cache_mixin.py:104-138
-        (0.5.15); mem_cache/kv_cache_configurator.py:2990-3060 (0.5.23). From 0.5.15 the
-        draft's weights are loaded first and count."""
+        """The KV pool, profiled like the release does (rank TP0's view, GiB):
+
+        rest = post - pre * (1 - mem_fraction_static) [- the VLM cache from 0.5.19], pre = the
+        free memory before the load (CUDA_CONTEXT_MIB), post = after the target's weights (and
+        from 0.5.15 the draft's, loaded first); tokens = rest // cell bytes, page-floored.
+        model_runner_kv_cache_mixin.py:116-149 (budget :143-145), :387-390 (page floor)
+        (0.5.9); :144-177, :826 (0.5.10); pool_configurator.py:185-186 (0.5.12);
+        kv_cache_mixin.py:104-139 (0.5.15); mem_cache/kv_cache_configurator.py:1990-2043
+        (0.5.19), :2148-2201 (0.5.20), :2177-2230 (0.5.21), :2671-2741 (0.5.22), :2990-3060
+        (slack :3007, rest :3038) (0.5.23). rest <= 0 stops the server after the load."""
         args = self.args
         mfs = float(args.mem_fraction_static)
         pre = self._free_gb
-        used = self._weights_gb + (self._draft_gb if at_least(0, 5, 15) else 0)
-        kv_gb = (pre - used) - pre * (1 - mfs)
-        if kv_gb <= 0:
-            raise _no_kv_cache(mfs, pre, pre - used)
-        layers = int(cfg.num_hidden_layers or 32)
-        if cfg.is_mla:
-            bytes_per_token = layers * (512 + 64) * 2
-        else:
-            hidden = int(cfg.hidden_size or 4096)
-            bytes_per_token = layers * 2 * hidden * 2 // max(1, args.tp_size)
-        if str(args.kv_cache_dtype).startswith("fp8"):
-            bytes_per_token //= 2
-        tokens = int(kv_gb * (1 << 30) / max(1, bytes_per_token))
-        if args.max_total_tokens:
-            tokens = min(tokens, int(args.max_total_tokens))
+        # up to 0.5.12 the draft loads after the pool is sized (_draft_gb is still 0 here)
+        post = pre - self._weights_gb - self._misc_gb - self._draft_gb
+        rest = post - pre * (1 - mfs)
+        if at_least(0, 5, 19) and isinstance(cfg.data.get("vision_config"), dict) and \
+                not args.opt("language_only"):
+            rest -= VLM_CACHE_MIB / 1024.0
+        if rest <= 0:
+            raise _no_kv_cache(mfs, pre, post)
+        kv_bytes = 1 if str(args.kv_cache_dtype).startswith("fp8") else 2  # "auto": bf16
+        target_cell = _cell_bytes(cfg, args.tp_size, kv_bytes)
+        cell = target_cell + self._draft_cell_charge(cfg, target_cell)
+        page = max(1, int(args.page_size or 1))
+        tokens = int(rest * (1 << 30)) // max(1, cell) // page * page
+        if args.max_total_tokens:  # a cap (0.5.9 :378-385; 0.5.10 :811-821)
+            tokens = min(tokens, int(args.max_total_tokens)) // page * page
+        if tokens <= 0:  # MemoryPoolConfig.__post_init__ (0.5.10 :55-60; 0.5.23 :96)
+            raise _no_kv_cache(mfs, pre, post)
         self.result.max_total_num_tokens = tokens
-        self.result.context_len = int(args.context_length or cfg.context_length)
-        log(f"KV Cache is allocated. #tokens: {tokens}, KV size: {kv_gb:.2f} GB", "TP0")
+        context_len = int(args.context_length or cfg.context_length)
+        self.result.context_len = context_len
+        kv_size = tokens * target_cell / float(1 << 30)
+        dtype = "" if not at_least(0, 5, 15) else (
+            "dtype: torch.float8_e4m3fn, " if kv_bytes == 1 else "dtype: torch.bfloat16, ")
+        # mem_cache/memory_pool.py:652/:658 (0.5.9), :1242/:1248 (0.5.15), :2089/:2097 (0.5.23)
+        if cfg.is_mla:
+            sizes = f"KV size: {kv_size:.2f} GB"
+        else:
+            sizes = f"K size: {kv_size / 2:.2f} GB, V size: {kv_size / 2:.2f} GB"
+        log(f"KV Cache is allocated. {dtype}#tokens: {tokens}, {sizes}", "TP0")
+        # a pool below the context length is accepted: max_req_len = min(context_len - 1,
+        # pool - 1), asserted > 0 only: tp_worker.py:287-294 (0.5.9), :301-308 (0.5.10),
+        # :304-311 (0.5.12), :343-347 (0.5.15), :428-433 (0.5.19); 0.5.23 warns (:557-568)
+        self.result.max_req_len = min(context_len - 1, tokens - 1)
+        if self.result.max_req_len <= 5:
+            raise AssertionError("Memory pool size is too small")
+        if tokens < context_len and at_least(0, 5, 23):
+            log(f"KV pool holds {tokens} tokens, fewer than --context-length {context_len}. One "
+                "full-length request cannot fit, so long requests will be refused or "
+                "truncated at serving time. Lower --context-length, raise "
+                "--mem-fraction-static, or free memory taken before the pool is sized.", "TP0")
         if args.max_running_requests is None:
             args.max_running_requests = min(1024, max(1, tokens // 512))
         log(f"max_total_num_tokens={tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
@@ -420,6 +634,28 @@ class ModelLoader:
             f"max_running_requests={args.max_running_requests}, "
             f"context_len={self.result.context_len}, available_gpu_mem={pre * 0.04:.2f} GB",
             "TP0")
+
+    def _draft_cell_charge(self, cfg: HFConfig, target_cell: int) -> int:
+        """From 0.5.15 the target's pool also holds the EAGLE draft's KV, charged at the
+        target's per-layer size times the draft's layers (num_nextn_predict_layers, else
+        max(num_hidden_layers, num_attention_layers): model_runner.py:442-462 (0.5.15);
+        spec_aux_hidden_state.py:156-176 (0.5.23)): int(cell * (1 + d / L))
+        pool_configurator.py:139-155 (0.5.15), :183-221 (0.5.19), :268 (0.5.20), :254 (0.5.21);
+        cell + int(cell * d / L) :303-306 (0.5.22), :309-312 (0.5.23)."""
+        args = self.args
+        dcfg = self.result.draft_config
+        if not at_least(0, 5, 15) or dcfg is None or \
+                args.speculative_algorithm not in ("EAGLE", "EAGLE3", "STANDALONE") or \
+                not args.speculative_draft_model_path:
+            return 0
+        nextn = dcfg.get("num_nextn_predict_layers")
+        draft_layers = int(nextn) if nextn is not None else int(dcfg.num_hidden_layers or 1)
+        layers = int(cfg.num_hidden_layers or 0)
+        if draft_layers <= 0 or layers <= 0:
+            return 0
+        if at_least(0, 5, 22):
+            return int(target_cell * draft_layers / layers)
+        return int(target_cell * (1 + draft_layers / layers)) - target_cell
 
     def _capture_cuda_graphs(self) -> None:
         args = self.args
@@ -435,6 +671,8 @@ class ModelLoader:
         disabled = bool(args.opt("disable_cuda_graph"))
         self.result.cuda_graph_max_bs = 0 if disabled else int(max_bs)
         if disabled:
+            if self._aux_capture is not None:  # met by the first forward instead
+                self.result.first_request_error = self._aux_capture_error()
             return
         t0 = time.monotonic()
         before, after = self.result.total_mib / 1024.0 * 0.04, self.result.total_mib / 1024.0 * 0.03
@@ -452,6 +690,8 @@ class ModelLoader:
         else:
             log("Capture cuda graph begin. This can take up to several minutes. "
                 f"avail mem={before:.2f} GB", "TP0")
+        if self._aux_capture is not None:
+            raise self._aux_capture_error()
         key = self._cache_key(max_bs)
         warm = kernel_cache.warm(key)
         self._sleep(kernel_cache.WARM_S if warm else kernel_cache.COLD_S)
@@ -471,6 +711,47 @@ class ModelLoader:
         return "|".join(str(x) for x in (
             __version__, self.result.total_mib, getattr(cfg, "arch", None), args.tp_size,
             max_bs, self.result.spec.enabled, args.speculative_num_draft_tokens))
+
+
+def _draft_backend_map() -> set:
+    """The attention backends DraftBackendFactory has EAGLE draft backends for (the decode and
+    the extend maps hold the same names): speculative/draft_utils.py create_decode_backend
+    :39-65 / create_draft_extend_backend :66-92 (0.5.9); fa4 from 0.5.10 (:58/:83);
+    tokenspeed_mla and dsv4 from 0.5.12 (:56-60/:83-87); cutedsl_mla and dsa from 0.5.15
+    (:57-59); intel_amx from 0.5.19 (:79/:114); intel_xpu from 0.5.20 (:84/:123); tokenspeed_mla
+    gone in 0.5.23 (:84/:122, aliased to cutedsl_mla at start)."""
+    names = {"flashinfer", "triton", "aiter", "fa3", "hybrid_linear_attn", "flashmla",
+             "trtllm_mha", "trtllm_mla", "nsa", "ascend"}
+    if at_least(0, 5, 10):
+        names.add("fa4")
+    if at_least(0, 5, 12):
+        names |= {"tokenspeed_mla", "dsv4"}
+    if at_least(0, 5, 15):
+        names |= {"cutedsl_mla", "dsa"}
+    if at_least(0, 5, 19):
+        names.add("intel_amx")
+    if at_least(0, 5, 20):
+        names.add("intel_xpu")
+    if at_least(0, 5, 23):
+        names.discard("tokenspeed_mla")
+    return names
+
+
+def _cell_bytes(cfg: HFConfig, tp: int, kv_bytes: int) -> int:
+    """KV bytes per token on one rank. MLA: (kv_lora_rank + qk_rope_head_dim) * layers,
+    not divided by tp (model_runner_kv_cache_mixin.py:47-54 (0.5.9); pool_configurator.py:
+    125-140 (0.5.12), :340-386 (0.5.23)); MHA/GQA: max(1, kv_heads // tp) * (head_dim +
+    v_head_dim) * layers (model_runner_kv_cache_mixin.py:96-102 (0.5.9))."""
+    layers = int(cfg.num_hidden_layers or 32)
+    if cfg.is_mla:
+        rank = int(cfg.get("kv_lora_rank") or 512)
+        rope = int(cfg.get("qk_rope_head_dim") or 64)
+        return (rank + rope) * layers * kv_bytes
+    heads = int(cfg.get("num_attention_heads") or 32)
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or int(cfg.hidden_size or 4096) // heads)
+    v_dim = int(cfg.get("v_head_dim") or head_dim)
+    return max(1, kv_heads // max(1, tp)) * (head_dim + v_dim) * layers * kv_bytes
 
 
 def _env_on(name: str) -> bool:

@@ -199,7 +199,10 @@ class ServerArgs:
         if self.mem_fraction_static is None:
             self.mem_fraction_static = default_mem_fraction_static(self)
         if self.chunked_prefill_size is None:
-            self.chunked_prefill_size = 8192
+            gpus = hardware.visible_gpus()
+            gpu_mem = min((int(g.get("memory_total_mib", 0)) for g in gpus), default=0)
+            self.chunked_prefill_size = _tier_defaults(gpu_mem, self.tp_size)[0] if gpu_mem \
+                else 8192
         if self.page_size is None:
             self.page_size = 1
 
@@ -414,27 +417,91 @@ def auto_choose_speculative_params(self: ServerArgs):
     return (3, 1, 4)
 
 
+def _tier_defaults(gpu_mem: float, tp: int) -> tuple:
+    """(chunked_prefill_size, decode cuda_graph_max_bs) by GPU memory (MiB) and tp:
+    server_args.py:935-998 (0.5.9), :1165-1227 (0.5.10), :3496-3540 (0.5.15);
+    arg_groups/memory_hook.py:62-150 (0.5.19), :90-180 (0.5.23). 0.5.20 changed only the
+    < 35 GiB tier."""
+    small = tp < 4
+    if gpu_mem < 20 * 1024:
+        return 2048, 8
+    if gpu_mem < 35 * 1024:
+        if at_least(0, 5, 20):
+            return 4096, 48 if small else 160
+        return 2048, 24 if small else 80
+    if gpu_mem < 60 * 1024:
+        return 4096, 32 if small else 160
+    if gpu_mem < 160 * 1024:  # 60-90 GiB and 90-160 GiB share the numbers
+        return 8192, 256 if small else 512
+    return 16384, 512
+
+
+def _prefill_graph_reserved(self: ServerArgs, speculative: bool) -> bool:
+    """Whether the (piecewise) prefill CUDA graph is on, so its memory is reserved:
+    0.5.9 only with --enable-piecewise-cuda-graph (server_args.py:604, :1044-1046);
+    0.5.10 off with speculative decoding or a multimodal model (server_args.py:1078-1110);
+    0.5.12 off for multimodal models (server_args.py:1335-1337); 0.5.15 off for multimodal
+    models that are not allow-listed (server_args.py:3300-3303, configs/model_config.py:
+    1716-1718); 0.5.19 KimiK25ForConditionalGeneration is allow-listed
+    (configs/model_config.py:1970-1974)."""
+    if self.opt("disable_piecewise_cuda_graph"):
+        return False
+    if not at_least(0, 5, 10):
+        return bool(self.opt("enable_piecewise_cuda_graph"))
+    multimodal = _is_multimodal(self) and not self.opt("language_only")
+    if not at_least(0, 5, 12):
+        return not speculative and not multimodal
+    if not at_least(0, 5, 19):
+        return not multimodal
+    return not multimodal or self._hf_config.arch == "KimiK25ForConditionalGeneration"
+
+
+def _is_multimodal(self: ServerArgs) -> bool:
+    """A checkpoint with a vision tower (KimiK25 is multimodal: configs/model_config.py:1262
+    (0.5.9))."""
+    return isinstance(self._hf_config.data.get("vision_config"), dict)
+
+
 def default_mem_fraction_static(self: ServerArgs) -> float:
-    """The release's default for this GPU: server_args.py:1020-1063 (0.5.9), :1281-1327
-    (0.5.10); arg_groups/memory_hook.py:282-345 and :359-400 (0.5.23)."""
+    """The release's default for this GPU.
+
+    reserved (MiB) = 512 + max(chunked, 2048) * 1.5 + cuda_graph_max_bs * 2 + tp * pp / 8 * 1024
+    [+ 1536 for an MLA prefill graph], floored at 10 GiB above 60 GiB, then + the EAGLE draft
+    reserve up to 0.5.12; round((gpu_mem - reserved) / gpu_mem, 3), times the VLM factor.
+    server_args.py:1020-1066 (0.5.9, EAGLE +2048 :1051-1057); :1283-1334 (0.5.10, EAGLE +4096
+    :1316-1322); :1543-1594 (0.5.12, EAGLE +4096 :1576-1582); :3625-3696 (0.5.15, no EAGLE term:
+    the draft is charged to the KV pool); arg_groups/memory_hook.py:240-281 with
+    reserve_for_graph_mb :292-334 (0.5.19); :300-335 with :357-399 (0.5.23)."""
     gpus = hardware.visible_gpus()
     gpu_mem = min((int(g.get("memory_total_mib", 0)) for g in gpus), default=0) or None
     if gpu_mem is None:
         # no GPU memory known: memory_hook.py:266 (0.5.19) 0.88; :320 (0.5.20) 0.95
         return 0.88 if not at_least(0, 5, 20) else 0.95
-    chunked = self.chunked_prefill_size or 8192
-    max_bs = 512 if self.tp_size >= 4 else 256
+    tier_chunked, tier_bs = _tier_defaults(gpu_mem, self.tp_size)
+    chunked = self.chunked_prefill_size or tier_chunked
+    # a user --cuda-graph-max-bs replaces the tier default before the formula; from 0.5.22 a
+    # default one is capped to --max-running-requests (memory_hook.py:182-188 (0.5.22))
+    max_bs = self.opt("cuda_graph_max_bs") or tier_bs
+    if at_least(0, 5, 22) and not self.opt("cuda_graph_max_bs") and self.max_running_requests:
+        max_bs = min(max_bs, int(self.max_running_requests))
+    algo = str(self.speculative_algorithm).upper() if self.speculative_algorithm else None
+    speculative = algo not in (None, "NGRAM")
     reserved = 512 + max(chunked, 2048) * 1.5 + max_bs * 2 + self.tp_size * self.pp_size / 8 \
         * 1024
-    if self._hf_config.is_mla and at_least(0, 5, 10):
-        reserved += 1.5 * 1024  # MLA prefill graphs
+    if _prefill_graph_reserved(self, algo is not None) and self._hf_config.is_mla:
+        reserved += 1.5 * 1024  # "For MLA backend the memory overhead is much higher"
     if gpu_mem > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if self.speculative_algorithm in ("EAGLE", "EAGLE3", "NEXTN") and not at_least(0, 5, 15):
-        reserved += 2048 if not at_least(0, 5, 10) else 4096
+    if speculative and not at_least(0, 5, 15):
+        if algo == "STANDALONE":
+            reserved += 6 * 1024
+        else:
+            reserved += 2048 if not at_least(0, 5, 10) else 4096
     fraction = round((gpu_mem - reserved) / gpu_mem, 3)
     vision = self._hf_config.data.get("vision_config")
-    if isinstance(vision, dict):  # adjust_mem_fraction_for_vlm, memory_hook.py:417-460
+    if isinstance(vision, dict) and not self.opt("language_only"):
+        # adjust_mem_fraction_for_vlm: server_args.py:5483-5519 (0.5.9); memory_hook.py:352-389
+        # (0.5.19), :417-462 (0.5.23); not rounded again
         ratio = vision.get("num_hidden_layers", 24) * vision.get("hidden_size", 1024) ** 2 / (
             24 * 1024 ** 2)
         fraction *= 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))

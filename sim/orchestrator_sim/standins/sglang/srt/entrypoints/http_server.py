@@ -881,6 +881,7 @@ def launch_server(server_args) -> int:
                 if stop.wait(_nominal("SGLANG_SIM_WARMUP_SECONDS", 2.0) * scale):
                     pass
                 else:
+                    loaded.first_forward()  # what the first batch raises kills the server
                     warm = app.new_request(6, 8, 0)
                     app.run_to_end(warm)
                     uvicorn("INFO", f'127.0.0.1:{port + 1000} - "POST /generate HTTP/1.1" 200 OK',
