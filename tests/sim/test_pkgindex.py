@@ -91,7 +91,8 @@ def test_standin_wheels_declare_the_facts_dependencies(sim_wheels: Path) -> None
         "compressed_tensors-0.18.0-py3-none-any.whl",
         "compressed_tensors-0.8.1-py3-none-any.whl",
         *sorted(f"sglang-{v}-py3-none-any.whl" for v in (
-            "0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.23")),
+            "0.5.9", "0.5.10", "0.5.12", "0.5.15", "0.5.19", "0.5.20", "0.5.21", "0.5.22",
+            "0.5.23")),
     ]
 
     def requires(wheel: str) -> list[str]:

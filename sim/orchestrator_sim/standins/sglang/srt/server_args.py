@@ -481,8 +481,11 @@ def default_mem_fraction_static(self: ServerArgs) -> float:
     chunked = self.chunked_prefill_size or tier_chunked
     # a user --cuda-graph-max-bs replaces the tier default before the formula; from 0.5.22 a
     # default one is capped to --max-running-requests (memory_hook.py:182-188 (0.5.22))
-    max_bs = self.opt("cuda_graph_max_bs") or tier_bs
-    if at_least(0, 5, 22) and not self.opt("cuda_graph_max_bs") and self.max_running_requests:
+    # the flag's dest is cuda_graph_max_bs_decode from 0.5.19 (--cuda-graph-max-bs its
+    # deprecated spelling; releases/0.5.19.json)
+    given_bs = self.opt("cuda_graph_max_bs_decode") or self.opt("cuda_graph_max_bs")
+    max_bs = given_bs or tier_bs
+    if at_least(0, 5, 22) and not given_bs and self.max_running_requests:
         max_bs = min(max_bs, int(self.max_running_requests))
     algo = str(self.speculative_algorithm).upper() if self.speculative_algorithm else None
     speculative = algo not in (None, "NGRAM")
