@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.errors import CommandTimeout
+from orchestrator.facts.files import PathInfo
 from orchestrator.facts.hardware import GpuHealth
 from orchestrator.facts.network import TcpPort
 from orchestrator.facts.programs import marked_result
@@ -151,16 +152,20 @@ def identity(host: Host, path: str | None) -> str | None:
 
 
 def weight_bytes(host: Host, path: str | None) -> int | None:
-    """metadata.total_size of the checkpoint's model.safetensors.index.json, if any."""
+    """metadata.total_size of the checkpoint's model.safetensors.index.json, else the size of
+    its single model.safetensors (a small drafter has no index), if any."""
     if not path:
         return None
     try:
         index = host.read_json(f"{path.rstrip('/')}/model.safetensors.index.json")
     except ValueError:
-        return None
+        index = None
     size = (index or {}).get("metadata", {}).get("total_size") if isinstance(
         index, dict) else None
-    return int(size) if isinstance(size, (int, float)) and size > 0 else None
+    if isinstance(size, (int, float)) and size > 0:
+        return int(size)
+    single = host.fact(PathInfo, path=f"{path.rstrip('/')}/model.safetensors")
+    return single.size if single.is_file and single.size else None
 
 
 def _cc(value: str | None) -> tuple[int, int] | None:
