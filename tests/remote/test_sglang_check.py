@@ -44,6 +44,12 @@ def test_with_the_standin_it_returns_sglangs_verdict(sim_wheels: Path,
     bad = run(["--model-path", str(model), "--context-length", "9000"], PYTHONPATH=path)
     assert (bad["ok"], bad["kind"]) == (False, "ValueError")
     assert "User-specified context_length (9000) is greater than the derived" in bad["message"]
+    # 0.5.19+: prepare_server_args validates nothing; the launcher's resolve_once() does, and
+    # check_server_args() after it in every release (a colon in the served name)
+    assert bad["stage"] == "resolve_once"
+    colon = run(["--model-path", str(model), "--served-model-name", "a:b"], PYTHONPATH=path)
+    assert (colon["ok"], colon["stage"]) == (False, "check_server_args")
+    assert "cannot contain a colon" in colon["message"]
     usage = run(["--model-path", str(model), "--no-such-flag"], PYTHONPATH=path)
     assert usage["kind"] == "argparse" and "unrecognized arguments: --no-such-flag" in \
         usage["message"]

@@ -21,7 +21,7 @@ import threading
 def run_case(case: dict) -> dict:
     """The outcome of one launch: phase, exception class and message."""
     from sglang.srt.model_loader import ModelLoader
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.server_args import prepare_server_args, validate_for_launch
 
     saved = dict(os.environ)
     os.environ.update(case.get("env") or {})
@@ -31,7 +31,7 @@ def run_case(case: dict) -> dict:
     loader = None
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            args = prepare_server_args(case["argv"])
+            args = validate_for_launch(prepare_server_args(case["argv"]))
             loader = ModelLoader(args, threading.Event())
             loaded = loader.run()
             loader.warmup()  # sets loader.phase = "first-request"

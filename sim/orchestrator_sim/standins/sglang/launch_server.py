@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from sglang.srt.entrypoints.http_server import launch_server
-from sglang.srt.server_args import prepare_server_args
+from sglang.srt.server_args import prepare_server_args, validate_for_launch
 from sglang.srt.utils import at_least
 
 ENTRYPOINT_WARNING = (
@@ -44,7 +44,7 @@ def warn_entrypoint() -> None:
 def main(argv=None) -> int:
     """Run the server with `argv` (default: the process arguments); return the exit code."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    server_args = prepare_server_args(argv)
+    server_args = validate_for_launch(prepare_server_args(argv))
     # launch_command of /server_info (0.5.20+): the parsed arguments, verbatim
     # (server_args.py 0.5.20:736, `server_args._launch_command = " ".join(argv)`)
     server_args._launch_command = " ".join(argv)

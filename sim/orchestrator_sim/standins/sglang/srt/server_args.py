@@ -171,12 +171,29 @@ class ServerArgs:
             self.speculative_draft_model_quantization = self.quantization
         elif self.speculative_draft_model_quantization == "unquant":
             self.speculative_draft_model_quantization = None
+        self._resolved = False
+        if not at_least(0, 5, 19):
+            self._resolve()  # up to 0.5.15 __post_init__ holds the start rules
+
+    def _resolve(self) -> None:
+        if self._resolved:
+            return
+        self._resolved = True
         self._hf_config = load_config(self.model_path)
         self._check_context_length()
         self._handle_gpu_memory_settings()
         self._handle_attention_backend_compatibility()
         self._handle_speculative_decoding()
-        self.check_server_args()
+
+    @property
+    def resolve_once(self):
+        """0.5.19+ only: __post_init__ is empty there and the start rules run in resolve_once()
+        (server_args.py:3673 (0.5.19), :241-244 (0.5.23)), which launch_server.run_server and
+        Engine._launch_subprocesses call (launch_server.py:29, entrypoints/engine.py:1153
+        (0.5.23)). Older releases have no such method."""
+        if not at_least(0, 5, 19):
+            raise AttributeError("resolve_once")
+        return self._resolve
 
     def get_hf_config(self):
         return self._hf_config
@@ -512,7 +529,18 @@ def default_mem_fraction_static(self: ServerArgs) -> float:
 
 
 def prepare_server_args(argv: list) -> ServerArgs:
-    """Parse the command line (exit 2 with usage on a bad flag) and validate it."""
+    """Parse the command line (exit 2 with usage on a bad flag) and build ServerArgs (which
+    validates it up to 0.5.15; from 0.5.19 resolve_once() does)."""
     parser = make_parser()
     raw = parser.parse_args(argv)
     return ServerArgs.from_cli_args(raw)
+
+
+def validate_for_launch(server_args: ServerArgs) -> ServerArgs:
+    """What the launcher runs before it starts any process: resolve_once() from 0.5.19, then
+    check_server_args() in every release (entrypoints/engine.py:1026 (0.5.9), :1153 and :1165
+    (0.5.23))."""
+    if hasattr(server_args, "resolve_once"):
+        server_args.resolve_once()
+    server_args.check_server_args()
+    return server_args
