@@ -7,7 +7,12 @@ poll interval, so readiness is seen at once): connection refused (weights loadin
 (warming up) mean "still starting"; the console shows the elapsed time and the server's latest
 log line at every poll. If the server PROCESS is gone it fails at once with the last 50 log
 lines, never waiting out the timeout. Once /health answers 200 it checks /model_info
-architectures, one non-streaming chat completion, and - with `min_accept_length` - measures the
+architectures; one one-token request within `first_token_timeout` (a dead or hung scheduler
+behind a /health 200, sglang#6624, is named; a slow first answer, kernels compiled on first use,
+sglang#7339, is warned about and warmed up before ready); one non-streaming chat completion;
+greedy answers to fixed prompts (fact `greedy`: with speculation and a `greedy_reference`
+recorded without it they must be the target's own, since verification keeps only the target's
+argmax); and - with `min_accept_length` - measures the
 accept length the way the installed release reports it (see `accept.py`): per request where it
 can (0.5.19+: chat `return_spec_tokens_details`; every release: /generate meta_info), else by
 sending enough decode work for the decode log to publish it in /server_info (it appears only
