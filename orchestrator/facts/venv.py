@@ -1,4 +1,5 @@
-"""What the server's venv has: Python, SGLang and compressed-tensors versions, NVFP4 support.
+"""What the server's venv has: Python, SGLang, compressed-tensors and cuDNN (the
+nvidia-cudnn-cu12 wheel) versions, NVFP4 support.
 
 Not an agent probe: the venv's own python answers it (orchestrator.stages.sglang_server.reads runs
 `PYTHON -c VENV_FACTS [--nvfp4]`); its JSON line, or {"error": ...} when the python failed, is
@@ -27,6 +28,8 @@ class VenvVersions:
     nvfp4: bool | None
     nvfp4_error: str | None
     error: str | None
+    #: nvidia-cudnn-cu12's version (torch's cuDNN on a pip install), None when absent
+    cudnn: str | None = None
 
     @classmethod
     def from_answer(cls, answer: Any) -> VenvVersions:
@@ -36,4 +39,5 @@ class VenvVersions:
         return cls(python=_s(a.get("python")), sglang=_s(a.get("sglang")),
                    compressed_tensors=_s(a.get("compressed_tensors")),
                    nvfp4=nv if isinstance(nv, bool) else None,
-                   nvfp4_error=_s(a.get("nvfp4_error")), error=_s(a.get("error")))
+                   nvfp4_error=_s(a.get("nvfp4_error")), error=_s(a.get("error")),
+                   cudnn=_s(a.get("cudnn")))

@@ -26,7 +26,8 @@ def version(name: str):
 def facts(nvfp4: bool) -> dict:
     """The answer: versions, and NVFP4 support when asked (imports compressed_tensors)."""
     out = {"python": sys.version.split()[0], "sglang": version("sglang"),
-           "compressed_tensors": version("compressed-tensors")}
+           "compressed_tensors": version("compressed-tensors"),
+           "cudnn": version("nvidia-cudnn-cu12")}
     if nvfp4:
         try:
             from compressed_tensors import CompressionFormat

@@ -60,6 +60,8 @@ class HostFacts:
     python: str
     sglang_version: str | None
     compressed_tensors_version: str | None = None
+    #: nvidia-cudnn-cu12's version in the venv (torch's cuDNN on a pip install); None: unknown
+    cudnn_version: str | None = None
     #: hasattr(CompressionFormat, "nvfp4_pack_quantized") in the venv; None = not checked
     nvfp4_known: bool | None = None
     nvfp4_error: str | None = None
@@ -358,6 +360,7 @@ def run_preflight(request: LaunchRequest, facts: HostFacts) -> Report:
         env=dict(facts.env), target_weight_bytes=facts.target_weight_bytes,
         draft_weight_bytes=facts.draft_weight_bytes, python=facts.python,
         compressed_tensors_version=facts.compressed_tensors_version,
+        cudnn_version=facts.cudnn_version,
         nvfp4_known=facts.nvfp4_known, nvfp4_error=facts.nvfp4_error)
     report.findings += evaluate(launch)
     report.kv_pool = predict(launch)

@@ -105,18 +105,24 @@ def _all(outcome: Outcome) -> dict[str, Outcome]:
 
 
 OK = _all("ok")
+#: a K2.5/K2.6 target on 0.5.9: refused at start under the pip default cuDNN 9.10 (torch 2.9.1's
+#: check, server_args.py:5263-5298 (0.5.9)), found by the real-ServerArgs run; without it,
+#: after the load (speculative.kimi-k25-eagle)
+CUDNN_091 = ("start", "serving.cudnn-for-torch-2.9.1")
 FA3 = ("after-load", "backends.fa3-compute-capability")
 
 CASES: list[Case] = [
     # --- the user's deploy (models/kimi_k25.py: EAGLE3 hooks from 0.5.10, :841-850)
-    Case("k26-eagle3-playbook", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
+    Case("k26-eagle3-playbook", {"0.5.9": CUDNN_091,
                                  "0.5.10": "ok"}, target=K26,
          args=["--attention-backend", "flashinfer", "--context-length", "262144"]),
-    Case("k26-default-memory-and-backend", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
+    Case("k26-eagle3-cudnn-check-off", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
+                                        "0.5.10": "ok"},
+         target=K26, env={"SGLANG_DISABLE_CUDNN_CHECK": "1"}),
+    Case("k26-default-memory-and-backend", {"0.5.9": CUDNN_091,
                                             "0.5.10": ("silent", "memory.kv-pool-below-context")},
          target=K26, mem_fraction=None),  # the default fraction holds ~72k-131k tokens
-    Case("k26-default-memory-32k-context", {"0.5.9": ("after-load",
-                                                      "speculative.kimi-k25-eagle"),
+    Case("k26-default-memory-32k-context", {"0.5.9": CUDNN_091,
                                             "0.5.10": "ok"},
          target=K26, mem_fraction=None, args=["--context-length", "32768"]),
     Case("k2-eagle3", OK),
@@ -152,7 +158,7 @@ CASES: list[Case] = [
          spec=["--speculative-algorithm", "EAGLE", *SPEC[2:]]),
     Case("nextn-with-eagle3-drafter", _all(("silent", "speculative.eagle-with-eagle3-drafter")),
          spec=["--speculative-algorithm", "NEXTN", *SPEC[2:]]),
-    Case("k26-no-draft-path", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
+    Case("k26-no-draft-path", {"0.5.9": CUDNN_091,
                                "0.5.10": ("after-load", "speculative.no-draft-path")},
          target=K26, draft_path=False),
     Case("k2-no-draft-path-autofill", _all(("silent", "speculative.no-draft-path")),
@@ -176,11 +182,11 @@ CASES: list[Case] = [
     # not tp 8
     Case("drafter-heads-vs-tp", _all(("after-load", "drafter.heads-divide-tp")),
          draft={**EAGLE3, "num_attention_heads": 28, "num_key_value_heads": 28}),
-    Case("draft-inherits-quantization", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
+    Case("draft-inherits-quantization", {"0.5.9": CUDNN_091,
                                          "0.5.10": ("after-load",
                                                     "drafter.inherits-quantization")},
          target=K26, args=["--quantization", "compressed-tensors"]),
-    Case("draft-quantization-unquant", {"0.5.9": ("after-load", "speculative.kimi-k25-eagle"),
+    Case("draft-quantization-unquant", {"0.5.9": CUDNN_091,
                                         "0.5.10": "ok"}, target=K26,
          args=["--quantization", "compressed-tensors",
                "--speculative-draft-model-quantization", "unquant"]),

@@ -27,6 +27,9 @@ DRIVER = Path(__file__).with_name("standin_driver.py")
 FIX_WORDS = re.compile(r"\b(set|use|add|remove|pin|install|choose|change|drop|write|raise)\b",
                        re.I)
 MEM_MIB = 97887
+#: torch 2.9.1 (0.5.9's pin) requires nvidia-cudnn-cu12==9.10.2.21: a plain pip install's cuDNN;
+#: the stand-in assumes the same, and so did the real-ServerArgs record
+CUDNN = "9.10.2.21"
 
 
 def _dirs(root: Path, case: Case) -> tuple[str, str]:
@@ -109,7 +112,7 @@ def test_preflight_matches_the_real_source(release: str, models: dict) -> None:
         cc = tuple(int(x) for x in case.cc.split("."))
         facts = HostFacts(
             python="/v/bin/python", sglang_version=release, compressed_tensors_version="0.18.0",
-            nvfp4_known=True, target_config=case.target,
+            cudnn_version=CUDNN, nvfp4_known=True, target_config=case.target,
             draft_config=case.draft if case.draft_path else None,
             gpus=[Gpu(i, cc, MEM_MIB) for i in range(8)], env=dict(case.env),
             target_weight_bytes=WEIGHTS)

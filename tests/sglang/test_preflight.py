@@ -225,3 +225,16 @@ def test_extra_args_must_agree_with_the_node_group() -> None:
     # values that agree (and the harmless --nnodes 1 alone) pass
     assert _grouped(["--nnodes", "2", "--node-rank", "1"], pair).ok
     assert _grouped(["--nnodes=1"], None).ok
+
+
+def test_torch_2_9_1_needs_cudnn_9_15_for_a_multimodal_target() -> None:
+    k26 = {**K26, "vision_config": {"hidden_size": 1152, "num_hidden_layers": 27}}
+    refused = check(version="0.5.9", target_config=k26, cudnn_version="9.10.2.21")
+    assert "serving.cudnn-for-torch-2.9.1" in refused.rules
+    assert any("nvidia-cudnn-cu12==9.16.0.29" in p for p in refused.problems)
+    for fine in (check(version="0.5.9", target_config=k26, cudnn_version="9.16.0.29"),
+                 check(version="0.5.9", target_config=k26, cudnn_version=None),
+                 check(version="0.5.9", target_config=k26, cudnn_version="9.10.2.21",
+                       env={"SGLANG_DISABLE_CUDNN_CHECK": "1"}),
+                 check(version="0.5.10", target_config=k26, cudnn_version="9.10.2.21")):
+        assert "serving.cudnn-for-torch-2.9.1" not in fine.rules

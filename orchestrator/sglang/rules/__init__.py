@@ -92,6 +92,7 @@ class Launch:
     #: the venv's python, compressed-tensors version and whether it knows nvfp4_pack_quantized
     python: str = "python"
     compressed_tensors_version: str | None = None
+    cudnn_version: str | None = None
     nvfp4_known: bool | None = None
     nvfp4_error: str | None = None
 

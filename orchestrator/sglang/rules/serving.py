@@ -130,3 +130,32 @@ def pp_with_speculative(launch: Launch) -> Iterator[str]:
     if pp > 1 and algo and not (launch.at_least(0, 5, 21) and algo == "EAGLE"):
         yield (f"pp {pp} with speculative algorithm {algo}: sglang {launch.version} refuses "
                "pipeline parallelism with speculative decoding; use tp only (pp 1)")
+
+
+def _cudnn(version: str | None) -> tuple[int, int] | None:
+    """"9.10.2.21" -> (9, 10)."""
+    parts = str(version or "").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+@rule("serving.cudnn-for-torch-2.9.1", "start", until="0.5.9")
+def cudnn_for_torch_291(launch: Launch) -> Iterator[str]:
+    """A multimodal target (K2.5/K2.6) under torch 2.9.1 (0.5.9's pin) with cuDNN below 9.15.
+
+    check_torch_2_9_1_cudnn_compatibility: RuntimeError "CRITICAL WARNING: PyTorch 2.9.1 & CuDNN
+    Compatibility Issue Detected" unless SGLANG_DISABLE_CUDNN_CHECK: server_args.py:5263-5298,
+    called by check_server_args at :5168 (0.5.9); gone in 0.5.10. torch 2.9.1's wheel requires
+    nvidia-cudnn-cu12==9.10.2.21, so a plain pip install has 9.10 (the version read from the
+    venv; unknown when torch's cuDNN did not come from that wheel).
+    """
+    have = _cudnn(launch.cudnn_version)
+    multimodal = isinstance((launch.target or {}).get("vision_config"), dict)
+    if multimodal and have is not None and have < (9, 15) and \
+            not launch.env_on("SGLANG_DISABLE_CUDNN_CHECK"):
+        yield (f"sglang {launch.version} runs torch 2.9.1, and this venv has cuDNN "
+               f"{launch.cudnn_version}: SGLang refuses a multimodal model at start ('PyTorch "
+               "2.9.1 & CuDNN Compatibility Issue Detected', a Conv3d bug below cuDNN 9.15). Add "
+               "nvidia-cudnn-cu12==9.16.0.29 to the pip stage's packages, or pin sglang>=0.5.10")

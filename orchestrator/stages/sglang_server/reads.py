@@ -99,11 +99,13 @@ def venv_versions(host: Host, python: str, timeout: float, nvfp4: bool = False) 
     (a failing python is an `error`)."""
     venv = None if nvfp4 else venv_of(python)
     if venv is not None:
-        inv = host.fact(VenvInventory, path=venv, names=["sglang", "compressed-tensors"])
+        inv = host.fact(VenvInventory, path=venv,
+                        names=["sglang", "compressed-tensors", "nvidia-cudnn-cu12"])
         if inv.settled and inv.versions is not None:
             return VenvVersions.from_answer({
                 "python": inv.version, "sglang": inv.versions["sglang"],
-                "compressed_tensors": inv.versions["compressed-tensors"]})
+                "compressed_tensors": inv.versions["compressed-tensors"],
+                "cudnn": inv.versions.get("nvidia-cudnn-cu12")})
     argv = [python, "-c", VENV_FACTS] + (["--nvfp4"] if nvfp4 else [])
     r = host.run_argv(argv, timeout=max(60.0, timeout))
     if not r.ok:
@@ -224,7 +226,7 @@ def host_facts(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: Ve
     venv = _nvfp4(host, p, target, venv)
     facts = HostFacts(
         python=p.python, sglang_version=venv.sglang,
-        compressed_tensors_version=venv.compressed_tensors,
+        compressed_tensors_version=venv.compressed_tensors, cudnn_version=venv.cudnn,
         nvfp4_known=venv.nvfp4, nvfp4_error=venv.nvfp4_error,
         target_config=target, draft_config=read_config(host, p.draft_model_path),
         env=dict(desired.env),

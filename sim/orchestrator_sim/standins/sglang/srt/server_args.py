@@ -381,6 +381,8 @@ class ServerArgs:
         """server_args.py:5131-5160 (0.5.9); arg_groups/validation_hook.py:177-219 (0.5.23)."""
         assert (self.tp_size * self.pp_size) % self.nnodes == 0, \
             "tp_size must be divisible by number of nodes"
+        if not at_least(0, 5, 10):
+            _check_torch_2_9_1_cudnn(self)
         if self.pp_size > 1 and self.speculative_algorithm is not None and not (
                 at_least(0, 5, 21) and self.speculative_algorithm == "EAGLE"):
             # EAGLE allowed from 0.5.21: validation_hook.py:38-56 (0.5.21), :118-137 (0.5.22)
@@ -471,6 +473,38 @@ def _prefill_graph_reserved(self: ServerArgs, speculative: bool) -> bool:
     if not at_least(0, 5, 19):
         return not multimodal
     return not multimodal or self._hf_config.arch == "KimiK25ForConditionalGeneration"
+
+
+#: torch 2.9.1 (0.5.9's pin) requires nvidia-cudnn-cu12==9.10.2.21 (its wheel's METADATA)
+TORCH_291_CUDNN = "9.10.2.21"
+
+
+def _cudnn_version() -> str:
+    """torch.backends.cudnn.version() of a pip install: the nvidia-cudnn-cu12 wheel's version."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvidia-cudnn-cu12")
+    except metadata.PackageNotFoundError:
+        return TORCH_291_CUDNN
+
+
+def _check_torch_2_9_1_cudnn(self: ServerArgs) -> None:
+    """check_torch_2_9_1_cudnn_compatibility, server_args.py:5263-5298, called from
+    check_server_args at :5168 (0.5.9 only): a multimodal model with cuDNN below 9.15."""
+    if os.environ.get("SGLANG_DISABLE_CUDNN_CHECK", "").lower() in ("1", "true"):
+        return
+    if not _is_multimodal(self):
+        return
+    major, minor = (int(x) for x in _cudnn_version().split(".")[:2])
+    if (major, minor) < (9, 15):
+        raise RuntimeError(
+            "CRITICAL WARNING: PyTorch 2.9.1 & CuDNN Compatibility Issue Detected\n"
+            f"Current Environment: PyTorch 2.9.1 | CuDNN {major}.{minor:02d}\n"
+            "Solution:  You MUST upgrade CuDNN to version 9.15+ to ensure correctness.\n"
+            "    pip install nvidia-cudnn-cu12==9.16.0.29\n"
+            "Or you can disable this check by setting env var SGLANG_DISABLE_CUDNN_CHECK=1")
+
 
 
 def _is_multimodal(self: ServerArgs) -> bool:
