@@ -167,7 +167,7 @@ def test_a_deploy_killed_mid_roll_is_repaired_by_the_next(
     _sim, inventory, base = fleet
     runs = tmp_path / "runs"
     changed = tmp_path / "changed.yaml"
-    changed.write_text(yaml.safe_dump(_vars(mem=0.86)))
+    changed.write_text(yaml.safe_dump(_vars(mem=0.89)))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "deploy", str(PLAYBOOK), "-i", str(inventory),
@@ -187,7 +187,7 @@ def test_a_deploy_killed_mid_roll_is_repaired_by_the_next(
     assert "removed" in {s for _, s in steps}
     assert list(_members(base).values()).count("ready") < 3  # left out of rotation
     again = Seen()
-    out = _deploy(inventory, tmp_path / "runs2", _vars(mem=0.86), again)
+    out = _deploy(inventory, tmp_path / "runs2", _vars(mem=0.89), again)
     print(f"repair: {again.roll}")
     assert out.exit_code == 0, out.summary
     members = _members(base)

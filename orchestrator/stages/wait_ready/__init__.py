@@ -43,13 +43,12 @@ from orchestrator.facts.logs import LogTail
 from orchestrator.facts.server import ServerStatus
 from orchestrator.host import Host
 from orchestrator.sglang import accept as spec
-from orchestrator.sglang import api as api_shapes
 from orchestrator.sglang import timeline
 from orchestrator.stages.base import CheckResult, Converged, Needed, Params, Stage, StageContext
 from orchestrator.stages.sglang_server.change import indent
 from orchestrator.stages.sglang_server.layout import ServerLayout
 from orchestrator.stages.sglang_server.reads import read_config
-from orchestrator.stages.wait_ready import rules
+from orchestrator.stages.wait_ready import proof, rules
 from orchestrator.stages.wait_ready.api import ServerApi
 from orchestrator.stages.wait_ready.rules import ReadyMarker
 
@@ -233,12 +232,14 @@ class WaitReady(Stage, kind="wait_ready"):
             ctx.record("server_up_s", round(time.time() - pf.started_at, 1))
         self._record_timeline(host, ctx, pf.started_at if pf is not None else None)
         model = self._verify_model(api, ctx)
-        self._first_token(host, api, ctx)
+        proof.first_token(api, ctx, p.first_token_timeout, p.first_token_stall,
+                          lambda: self._log_tail(host, 20))
         ctx.progress(f"ready after {waited:.0f}s; smoke test: one chat completion")
         ctx.record("smoke_reply", api.chat(model, p.smoke_prompt, p.smoke_max_tokens)[:120])
         server_info = api.json("/server_info", "server info")
         ctx.record("version", server_info.get("version"))
-        self._greedy(api, ctx, server_info)
+        proof.greedy(api, ctx, p.greedy_prompts, p.greedy_max_tokens, p.greedy_reference,
+                     server_info)
         accept = self._accept(host, api, ctx, model, server_info)
         layout = self._layout()
         if layout is not None and pf is not None and pf.pid:
@@ -248,66 +249,6 @@ class WaitReady(Stage, kind="wait_ready"):
                       "model": model, "version": server_info.get("version"),
                       "accept_length": accept}
             host.write_file(layout.ready, json.dumps(marker, indent=1) + "\n", mode=0o644)
-
-    def _first_token(self, host: Host, api: ServerApi, ctx: StageContext) -> None:
-        """One one-token request must answer within first_token_timeout: /health can answer
-        200 while the scheduler is dead (sglang#6624). A slow first answer is a stall (kernels
-        compiled on first use, sglang#7339): warned about, and asked again until it is gone
-        (or the timeout is spent), so that ready means ready for users."""
-        p = self.params
-        t0 = time.monotonic()
-        first: float | None = None
-        while True:
-            left = p.first_token_timeout - (time.monotonic() - t0)
-            ctx.progress("the first token: one greedy one-token request")
-            took, answer = api.timed_post("/generate", api_shapes.generate_body(
-                "Hello", 1), timeout=max(1.0, left))
-            if answer.status != 200:
-                if answer.status is not None:
-                    raise StageError(f"{api.base}/generate answered {answer.status}: "
-                                     f"{answer.body[:300]}", hint="look at the server log")
-                path, lines = self._log_tail(host, 20)
-                raise StageError(
-                    f"{api.base} answers /health 200 but produced no token within "
-                    f"{p.first_token_timeout:.0f}s ({answer.error}): its scheduler is dead or "
-                    "hung behind a healthy /health (sglang#6624); last lines of "
-                    f"{path or 'the server log'}:\n{indent(chr(10).join(lines) or '(empty)')}",
-                    hint="restart it (deploy again, or `orchestrator stop` then deploy); if it "
-                    "repeats, look for NCCL or driver errors in the log")
-            first = took if first is None else first
-            if took <= p.first_token_stall or time.monotonic() - t0 >= p.first_token_timeout:
-                break
-        ctx.record("first_token_s", round(first, 3))
-        if first > p.first_token_stall:
-            ctx.warn("ready.first_token_stall",
-                     f"the first request after ready took {first:.1f}s (> {p.first_token_stall:g}s"
-                     f"): kernels compiled on first use (sglang#7339); warmed up before ready "
-                     f"(the last took {took:.2f}s). Keep the kernel cache (kernel-cache beside "
-                     "the venv) so the next start has them")
-
-    def _greedy(self, api: ServerApi, ctx: StageContext, info: dict[str, Any]) -> None:
-        """The fixed prompts answered greedily (fact `greedy`); with speculation and a
-        reference recorded without it, the answers must be the target's own."""
-        p = self.params
-        answers: dict[str, str] = {}
-        for i, prompt in enumerate(p.greedy_prompts):
-            ctx.progress(f"greedy answers: {i + 1}/{len(p.greedy_prompts)}")
-            r = api.post("/generate", api_shapes.generate_body(prompt, p.greedy_max_tokens))
-            try:
-                answers[prompt] = api_shapes.generate_text(r.json()) if r.ok else ""
-            except ValueError:
-                answers[prompt] = ""
-            if not r.ok:
-                raise StageError(f"{api.base}/generate answered {r.status or r.error}: "
-                                 f"{r.body[:300]}", hint="look at the server log")
-        algo = info.get("speculative_algorithm")
-        ctx.record("greedy", {"speculative": algo or None, "max_tokens": p.greedy_max_tokens,
-                              "answers": answers})
-        if algo and p.greedy_reference:
-            problem = rules.greedy_problem(p.greedy_reference, answers)
-            if problem:
-                raise StageError(problem, hint="deploy without speculation to compare, and "
-                                 "check the drafter (repo, revision, draft vocabulary)")
 
     def _record_timeline(self, host: Host, ctx: StageContext, started_at: float | None) -> None:
         """The load's phases from the server's own log (orchestrator.sglang.timeline), as the
