@@ -51,8 +51,8 @@ def spec_request(model: str, prompt: str, max_tokens: int, version: str | None,
         return ("/v1/chat/completions",
                 chat_body(model, prompt, max_tokens, return_spec_tokens_details=True),
                 accept.from_chat)
-    body = {"text": prompt, "sampling_params": {
-        "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": ignore_eos}}
+    body = generate_body(prompt, max_tokens)
+    body["sampling_params"]["ignore_eos"] = ignore_eos
     return "/generate", body, accept.from_generate
 
 
