@@ -164,6 +164,35 @@ def path_info(path: str) -> dict:
     return out
 
 
+@probe("tensor_names")
+def tensor_names(path: str, wanted: list) -> dict:
+    """Which of the `wanted` substrings a checkpoint's tensor names contain: from
+    model.safetensors.index.json's weight_map, else the header of model.safetensors (its
+    first 8 bytes give the header's length; the header is JSON). `source` None: neither."""
+    import json
+    import struct
+
+    base = os.path.expanduser(path).rstrip("/")
+    names = None
+    source = None
+    try:
+        with open(base + "/model.safetensors.index.json", encoding="utf-8") as fh:
+            names = list((json.load(fh).get("weight_map") or {}).keys())
+            source = "index"
+    except (OSError, ValueError, AttributeError):
+        try:
+            with open(base + "/model.safetensors", "rb") as fh:
+                (length,) = struct.unpack("<Q", fh.read(8))
+                if length > 64 * 1024 * 1024:
+                    raise ValueError("header too large")
+                names = [k for k in json.loads(fh.read(length)) if k != "__metadata__"]
+                source = "header"
+        except (OSError, ValueError, struct.error):
+            names = None
+    found = {w: any(w in n for n in names) for w in wanted} if names is not None else {}
+    return {"path": path, "source": source, "found": found}
+
+
 @probe("boot_id")
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> dict:
     """The kernel's boot id: changes at every boot, so a run can tell the host rebooted."""

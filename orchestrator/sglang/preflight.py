@@ -74,6 +74,8 @@ class HostFacts:
     #: metadata.total_size of model.safetensors.index.json (bytes) of target and drafter
     target_weight_bytes: int | None = None
     draft_weight_bytes: int | None = None
+    #: whether the drafter's checkpoint holds its vocabulary map (a `d2t` tensor); None: unknown
+    draft_vocab_map: bool | None = None
     native: NativeCheck | None = None
 
 
@@ -359,6 +361,7 @@ def run_preflight(request: LaunchRequest, facts: HostFacts) -> Report:
         target=facts.target_config, draft=facts.draft_config, gpus=list(facts.gpus),
         env=dict(facts.env), target_weight_bytes=facts.target_weight_bytes,
         draft_weight_bytes=facts.draft_weight_bytes, python=facts.python,
+        draft_vocab_map=facts.draft_vocab_map,
         compressed_tensors_version=facts.compressed_tensors_version,
         cudnn_version=facts.cudnn_version,
         nvfp4_known=facts.nvfp4_known, nvfp4_error=facts.nvfp4_error)

@@ -41,6 +41,7 @@ FAULTY_DRAFTERS: dict[str, str] = {
     "sim/eagle3-2layers": "num_hidden_layers is 2 (SGLang 0.5.9 accepts only 1)",
     "sim/eagle3-wrong-arch": "architectures is LlamaForCausalLM (not an Eagle3 class)",
     "sim/eagle3-vocab-mismatch": "vocab_size is 129280 (target has 163840)",
+    "sim/eagle3-no-vocab-map": "no d2t tensor for its 32000-token draft vocabulary",
 }
 # Files of at least this size are "LFS" files: ETag = sha256, tree entries carry an `lfs` block.
 LFS_THRESHOLD = 1024 * 1024
@@ -80,15 +81,18 @@ def _pseudo_random(seed: str, n: int) -> bytes:
     return hashlib.shake_256(seed.encode()).digest(n)
 
 
-def safetensors_blob(tensor_name: str, n: int, seed: str) -> bytes:
-    """A valid safetensors file with one U8 tensor of ``n`` pseudo-random bytes."""
-    header = {
+def safetensors_blob(tensor_name: str, n: int, seed: str, small: tuple[str, ...] = ()) -> bytes:
+    """A valid safetensors file with one U8 tensor of ``n`` pseudo-random bytes, and one U8
+    byte for each name in ``small`` (names that readers look for, e.g. a drafter's d2t)."""
+    header: dict = {
         "__metadata__": {"format": "pt"},
         tensor_name: {"dtype": "U8", "shape": [n], "data_offsets": [0, n]},
     }
+    for i, name in enumerate(small):
+        header[name] = {"dtype": "U8", "shape": [1], "data_offsets": [n + i, n + i + 1]}
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    return struct.pack("<Q", len(raw)) + raw + _pseudo_random(seed, n)
+    return struct.pack("<Q", len(raw)) + raw + _pseudo_random(seed, n) + b"\0" * len(small)
 
 
 def _json(obj: object) -> bytes:
@@ -272,11 +276,14 @@ def eagle3_config(**overrides: object) -> dict:
     return config
 
 
-def eagle3_files(repo_id: str, config: dict, *, weights_seed: str, readme_note: str = "") -> dict:
-    """The 6 files of a simulated EAGLE-3 drafter repo."""
+def eagle3_files(repo_id: str, config: dict, *, weights_seed: str, readme_note: str = "",
+                 vocab_map: bool = True) -> dict:
+    """The 6 files of a simulated EAGLE-3 drafter repo; its weights hold the d2t/t2d vocabulary
+    map (a drafter with draft_vocab_size < vocab_size needs it) unless ``vocab_map`` is off."""
     return {
         "config.json": _json(config),
-        "model.safetensors": safetensors_blob("midlayer.stand_in", 2560 * _KIB, weights_seed),
+        "model.safetensors": safetensors_blob("midlayer.stand_in", 2560 * _KIB, weights_seed,
+                                              ("d2t", "t2d") if vocab_map else ()),
         "generation_config.json": _json({"bos_token_id": 163584, "eos_token_id": 163585}),
         "tokenizer_config.json": _json(
             {"tokenizer_class": "TikTokenTokenizer", "model_max_length": 262144}
@@ -370,12 +377,14 @@ def seed_repos(data_dir: Path) -> dict[str, str]:
         "sim/eagle3-wrong-arch": {"architectures": ["LlamaForCausalLM"]},
         "sim/eagle3-vocab-mismatch": {"vocab_size": 129280},
     }
+    faulty_overrides["sim/eagle3-no-vocab-map"] = {}
     for repo_id, overrides in faulty_overrides.items():
         files = eagle3_files(
             repo_id,
             eagle3_config(**overrides),
             weights_seed=repo_id,
             readme_note=f"\nFaulty on purpose: {FAULTY_DRAFTERS[repo_id]}.\n",
+            vocab_map=repo_id != "sim/eagle3-no-vocab-map",
         )
         heads[repo_id] = add_repo(data_dir, repo_id, [files])[-1]
     return heads

@@ -176,6 +176,21 @@ def test_drafter_that_does_not_fit_is_refused_before_launch(
     assert box.server_pid() == pid  # the running server was not touched
 
 
+def test_drafter_without_its_vocabulary_map_is_refused_by_preflight(box: Box) -> None:
+    """Its config is right (inspect passes); its weights lack d2t: the preflight reads the
+    tensor names from the downloaded checkpoint's header and refuses before any launch."""
+    pid = box.server_pid()
+    drafter = {"repo": "sim/eagle3-no-vocab-map", "revision": "main",
+               "architecture": "LlamaForCausalLMEagle3"}
+    r = box.deploy(overrides={"drafter": drafter})
+    assert r.code == 1
+    st = r.statuses("gpu-1")
+    assert st["inspect"] in ("ok", "changed") and st["server"] == "failed"
+    error = r.summary["hosts"]["gpu-1"]["stages"]["server"]["error"]
+    assert "no d2t tensor" in error and "32000" in error
+    assert box.server_pid() == pid
+
+
 def test_eagle_with_an_eagle3_drafter_is_refused_by_preflight(box: Box) -> None:
     pid = box.server_pid()
     spec = {"algorithm": "EAGLE", "num_steps": 3, "eagle_topk": 1, "num_draft_tokens": 4}

@@ -66,6 +66,8 @@ class Case:
     #: 0.9: K2.x at tp 8 on 96 GB then holds ~300k tokens, clear of its 262144 context both
     #: ways (the KV pool rule's margin); 0.88 sits within 5% of it
     mem_fraction: str | None = "0.9"
+    #: tensor names of the drafter's model.safetensors (header only); None: no weights there
+    draft_tensors: list[str] | None = None
     served_name: str | None = "kimi"
 
     def outcome(self, release: str) -> Outcome:
@@ -83,7 +85,8 @@ class Case:
         arguments, both configs, the GPU and the environment."""
         data = {"argv": self.argv("TARGET", "DRAFT"), "target": self.target,
                 "draft": self.draft, "draft_path": self.draft_path, "cc": self.cc,
-                "env": self.env, "served_name": self.served_name}
+                "env": self.env, "served_name": self.served_name,
+                **({"draft_tensors": self.draft_tensors} if self.draft_tensors else {})}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def argv(self, target_dir: str, draft_dir: str) -> list[str]:
@@ -282,6 +285,11 @@ CASES: list[Case] = [
          draft={**EAGLE3, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 60],
                                            "use_aux_hidden_state": True}}),
     Case("token-map-with-eagle3", OK, args=["--speculative-token-map", "/x/hot.pt"]),
+    # the drafter's vocabulary map (models/llama_eagle3.py `"d2t" in name`)
+    Case("drafter-without-vocab-map", _all(("silent", "drafter.vocab-map-missing")),
+         draft_tensors=["midlayer.fc.weight", "midlayer.self_attn.q_proj.weight"]),
+    Case("drafter-with-vocab-map", OK,
+         draft_tensors=["midlayer.fc.weight", "d2t", "t2d"]),
     # --- the KV pool, predicted from the real formulas (rules/memory.py; the stand-in's own)
     Case("pool-below-context-at-0.7", _all(("silent", "memory.kv-pool-below-context")),
          mem_fraction="0.7"),

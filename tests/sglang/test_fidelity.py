@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import zipfile
@@ -40,6 +41,12 @@ def _dirs(root: Path, case: Case) -> tuple[str, str]:
         folder.mkdir(parents=True, exist_ok=True)
         if cfg is not None:
             (folder / "config.json").write_text(json.dumps(cfg))
+    if case.draft_tensors is not None:  # a header naming them, one byte each
+        header = {n: {"dtype": "U8", "shape": [1], "data_offsets": [i, i + 1]}
+                  for i, n in enumerate(case.draft_tensors)}
+        raw = json.dumps(header).encode()
+        (draft / "model.safetensors").write_bytes(
+            struct.pack("<Q", len(raw)) + raw + bytes(len(case.draft_tensors)))
     index = {"metadata": {"total_size": WEIGHTS}, "weight_map": {}}
     (target / "model.safetensors.index.json").write_text(json.dumps(index))
     return str(target), str(draft)
@@ -115,7 +122,9 @@ def test_preflight_matches_the_real_source(release: str, models: dict) -> None:
             cudnn_version=CUDNN, nvfp4_known=True, target_config=case.target,
             draft_config=case.draft if case.draft_path else None,
             gpus=[Gpu(i, cc, MEM_MIB) for i in range(8)], env=dict(case.env),
-            target_weight_bytes=WEIGHTS)
+            target_weight_bytes=WEIGHTS,
+            draft_vocab_map=None if case.draft_tensors is None else any(
+                "d2t" in n for n in case.draft_tensors))
         argv = case.argv(target_dir, draft_dir)
         report = run_preflight(LaunchRequest(argv, target_dir, draft_dir if case.draft_path
                                              else None), facts)

@@ -89,6 +89,8 @@ class Launch:
     #: metadata.total_size of the checkpoints' model.safetensors.index.json (bytes), if known
     target_weight_bytes: int | None = None
     draft_weight_bytes: int | None = None
+    #: the drafter's checkpoint has a `d2t` tensor (its vocabulary map); None: unknown
+    draft_vocab_map: bool | None = None
     #: the venv's python, compressed-tensors version and whether it knows nvfp4_pack_quantized
     python: str = "python"
     compressed_tensors_version: str | None = None

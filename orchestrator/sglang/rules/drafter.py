@@ -238,3 +238,24 @@ def _aux_layers(launch: Launch) -> Iterator[str]:
 
 rule("drafter.aux-layer-ids", "first-request", until="0.5.15")(_aux_layers)
 rule("drafter.aux-layer-ids", "after-load", since="0.5.19")(_aux_layers)
+
+
+@rule("drafter.vocab-map-missing", "silent")
+def vocab_map_missing(launch: Launch) -> Iterator[str]:
+    """An EAGLE-3 drafter drafting over a reduced vocabulary (draft_vocab_size < vocab_size)
+    whose checkpoint has no `d2t` tensor: hot_token_id stays None, so its draft ids are taken
+    as target ids and nearly every draft is rejected (accept length ~1), with no message.
+
+    The map is loaded from a tensor named d2t: models/llama_eagle3.py:242 (0.5.9), :256 (0.5.10),
+    :318 (0.5.12), :322 (0.5.15), :339 (0.5.19-0.5.21), :347 (0.5.22), :350 (0.5.23);
+    kimi_k25_eagle3.py :386 (0.5.12), :434 (0.5.15), :437 (0.5.23); used at
+    speculative/eagle_worker.py:626 (0.5.9), eagle_worker_v2.py:758 (0.5.23) only when set.
+    """
+    if not (_drafting(launch) and is_eagle3_drafter(launch.draft)) or \
+            launch.draft_vocab_map is not False or config_get(launch.draft, "tie_word_embeddings"):
+        return
+    yield (f"the drafter drafts over {config_get(launch.draft, 'draft_vocab_size')} tokens "
+           "(draft_vocab_size) but its checkpoint has no d2t tensor (the map to the target's "
+           "vocabulary): SGLang would take its draft ids as target ids and reject nearly every "
+           "draft (accept length ~1, no error). Use the drafter's complete checkpoint "
+           "(the hf_download stage's allow patterns must include its weights)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.errors import CommandTimeout
-from orchestrator.facts.files import PathInfo
+from orchestrator.facts.files import PathInfo, TensorNames
 from orchestrator.facts.hardware import GpuHealth
 from orchestrator.facts.network import TcpPort
 from orchestrator.facts.programs import marked_result
@@ -170,6 +170,16 @@ def weight_bytes(host: Host, path: str | None) -> int | None:
     return single.size if single.is_file and single.size else None
 
 
+def vocab_map(host: Host, path: str | None, draft: dict[str, Any] | None) -> bool | None:
+    """Whether a drafter that drafts over a reduced vocabulary has its map (a `d2t` tensor);
+    None when it needs none or its tensor names cannot be read."""
+    cfg = draft or {}
+    small, full = cfg.get("draft_vocab_size"), cfg.get("vocab_size")
+    if not path or not isinstance(small, int) or not isinstance(full, int) or small >= full:
+        return None
+    return host.fact(TensorNames, path=path, wanted=["d2t"]).has("d2t")
+
+
 def _cc(value: str | None) -> tuple[int, int] | None:
     """"12.0" -> (12, 0); None when it is not MAJOR.MINOR."""
     major, dot, minor = str(value or "").partition(".")
@@ -233,6 +243,7 @@ def host_facts(host: Host, ctx: StageContext, p: Any, desired: Desired, venv: Ve
         target_weight_bytes=weight_bytes(host, p.model_path),
         draft_weight_bytes=weight_bytes(host, p.draft_model_path),
     )
+    facts.draft_vocab_map = vocab_map(host, p.draft_model_path, facts.draft_config)
     gpu_note = None
     if facts.sglang_version:
         facts.gpus, gpu_note = launch_gpus(gpu)

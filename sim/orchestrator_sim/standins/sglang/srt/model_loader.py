@@ -8,6 +8,7 @@ The HTTP port stays closed for all of it.
 from __future__ import annotations
 
 import glob
+import json
 import math
 import os
 import threading
@@ -163,6 +164,7 @@ class ModelLoader:
             self._init_attention_backend(cfg, draft=True)
         self._capture_cuda_graphs()
         self._check_tree_verify()
+        self._check_vocab_map()
         return self.result
 
     def warmup(self) -> None:
@@ -550,6 +552,27 @@ class ModelLoader:
         message = f"captured {got} of {want} aux hidden states"
         return AssertionError(message) if not at_least(0, 5, 20) else RuntimeError(message)
 
+    def _check_vocab_map(self) -> None:
+        """An EAGLE-3 drafter with draft_vocab_size < vocab_size maps its draft ids through a
+        tensor named d2t in its weights (models/llama_eagle3.py load_weights: `if "d2t" in
+        name` :242 (0.5.9), :350 (0.5.23)); without one hot_token_id stays None and the draft
+        ids are read as target ids (eagle_worker.py:626 (0.5.9), eagle_worker_v2.py:758
+        (0.5.23)): nearly every draft is rejected, nothing is raised. The names come from the
+        drafter folder's safetensors (index weight_map, else each file's header); a folder
+        with no weights says nothing."""
+        spec, args = self.result.spec, self.args
+        dcfg = self.result.draft_config
+        if not spec.enabled or dcfg is None or \
+                args.speculative_algorithm not in ("EAGLE", "EAGLE3"):
+            return
+        small, full = dcfg.get("draft_vocab_size"), dcfg.get("vocab_size")
+        if not small or not full or small >= full or dcfg.get("tie_word_embeddings"):
+            return
+        names = _tensor_names(args.speculative_draft_model_path or args.model_path)
+        if names is not None and not any("d2t" in n for n in names):
+            spec.accept_length = 1.0
+            spec.note = "no d2t in the drafter: draft ids read as target ids"
+
     def _check_tree_verify(self) -> None:
         """Target verify of an MLA model on FlashInfer computes the tree's custom mask and
         drops it (a causal paged plan): with topk > 1 sibling drafts see each other, and the
@@ -822,3 +845,22 @@ def _get_scheme_format(fmt: str):
 def _mmss(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def _tensor_names(folder: str):
+    """The tensor names of a checkpoint folder's safetensors, or None when it holds none."""
+    import struct
+
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as fh:
+            return list(json.load(fh).get("weight_map") or {})
+    files = sorted(glob.glob(os.path.join(folder, "*.safetensors")))
+    if not files:
+        return None
+    names = []
+    for path in files:
+        with open(path, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            names += [k for k in json.loads(fh.read(length)) if k != "__metadata__"]
+    return names
