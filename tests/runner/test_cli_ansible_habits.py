@@ -7,10 +7,13 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from orchestrator.cli.console import diff_lines
 from orchestrator.cli.main import main
+from orchestrator.summary import RunSummary
 from tests.runner.helpers import cli, local_inventory, write_yaml
 
 
@@ -190,3 +193,25 @@ def test_validate_counts_hypervisors_apart(
     inv = local_inventory(tmp_path / "local.yaml", ("a", "b"))
     assert main(["validate", str(plain), "-i", str(inv)]) == 0
     assert capsys.readouterr().out == f"ok: {plain}: 1 stage(s), 2 host(s)\n"
+
+
+def test_diff_lines_group_hosts_by_stage_and_reason() -> None:
+    """A fleet's --diff stays short: one line per (stage, reason), the hosts named (6 at most)."""
+    hosts: dict[str, Any] = {}
+    for i in range(1, 10):
+        server = {"status": "would-change", "reason": "launch fingerprint differs\n(port)"} \
+            if i != 3 else {"status": "ok", "reason": "running"}
+        health = {"status": "would-change", "reason": "uvm rule"} if i == 2 else \
+            {"status": "ok"}
+        hosts[f"gpu-{i}"] = {"stages": {"health": health, "server": server}}
+    summary = RunSummary.from_json({"run_id": "r", "playbook": "p", "inventory": "i",
+                                    "dry_run": True, "hosts": hosts})
+    assert diff_lines(summary) == [
+        "diff: 9 stage run(s) would change:",
+        "  health on gpu-2: uvm rule",
+        "  server on gpu-1, gpu-2, gpu-4, gpu-5, gpu-6, gpu-7 and 2 more: "
+        "launch fingerprint differs / (port)",
+    ]
+    converged = RunSummary.from_json({"run_id": "r", "playbook": "p", "inventory": "i",
+                                      "hosts": {"a": {"stages": {"s": {"status": "ok"}}}}})
+    assert diff_lines(converged) == ["diff: nothing changed"]
