@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,8 @@ class DeployStart:
     run_dir: Path
     #: the pin file (--locked) comes from a deploy that did not complete
     pin_incomplete: bool = False
+    #: cli_vars that no vars layer defines and no template reads -> the nearest known name
+    unknown_vars: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOp
          pin: PinFile | None,
          on_start: Callable[[DeployStart], None] | None,
          early: Preconnect | None = None) -> int:
+    from orchestrator.config.variables import unknown_variables
     from orchestrator.run.fleet import schedule
     from orchestrator.run.state import RunState
     from orchestrator.transports import make_transport
@@ -193,7 +196,8 @@ def _run(plan: Plan, session: _Session, cli_vars: dict[str, Any], options: RunOp
         on_start(DeployStart(
             run_id=session.run_id, playbook=plan.playbook.name, hosts=list(plan.hosts),
             nodes=plan.node_count, dry_run=options.dry_run, run_dir=session.dir,
-            pin_incomplete=pin is not None and not pin.complete))
+            pin_incomplete=pin is not None and not pin.complete,
+            unknown_vars=unknown_variables(plan.playbook, plan.inventory, cli_vars)))
     return runner.run().exit_code
 
 

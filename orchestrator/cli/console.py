@@ -350,3 +350,28 @@ def highlights(summary: RunSummary) -> list[str]:
         else:
             parts.append(" / ".join(dict.fromkeys(_shown(key, v) for v in values)))
     return [f"{len(per_host)} of {len(summary.hosts)} hosts: " + ", ".join(parts)]
+
+
+#: the statuses of a node that was not converged: what `--diff` lists
+NOT_CONVERGED = (Status.WOULD_CHANGE, Status.CHANGED)
+
+
+def diff_lines(summary: RunSummary) -> list[str]:
+    """`--diff`: each (host, stage) that was not converged, with the reason its check gave, in
+    stage order; hosts with the same stage and reason share a line ("  stage on a, b: reason")."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for s in _stage_ids(summary):
+        for host, h in summary.hosts.items():
+            st = h.stages.get(s)
+            if st is not None and st.status in NOT_CONVERGED:
+                reason = " / ".join((st.reason or "no reason given").splitlines())
+                found.setdefault((s, reason), []).append(host)
+    verb = "would change" if summary.dry_run else "changed"
+    if not found:
+        return [f"diff: nothing {verb}"]
+    runs = sum(len(hosts) for hosts in found.values())
+    lines = [f"diff: {runs} stage run(s) {verb}:"]
+    for (s, reason), hosts in found.items():
+        shown = ", ".join(hosts[:6]) + (f" and {len(hosts) - 6} more" if len(hosts) > 6 else "")
+        lines.append(f"  {s} on {shown}: {reason}")
+    return lines

@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -24,6 +25,7 @@ from orchestrator.errors import ConfigError, OrchestratorError
 from orchestrator.redact import REDACTOR
 
 if TYPE_CHECKING:
+    from orchestrator.config.model import Inventory
     from orchestrator.deploy import DeployOutcome
     from orchestrator.options import RunOptions
     from orchestrator.preconnect import Preconnect
@@ -79,7 +81,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"orchestrator {__version__}")
+    parser.add_argument("-V", "--version", action="version",
+                        version=f"orchestrator {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_deploy_and_plan(sub)
 
@@ -120,8 +123,10 @@ def _add_deploy_and_plan(sub: Any) -> None:
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_selection(deploy)
-    deploy.add_argument("--dry-run", action="store_true",
-                        help="run only the checks and print what WOULD change; change nothing")
+    deploy.add_argument("--dry-run", "--check", dest="dry_run", action="store_true",
+                        help="run only the checks and print what WOULD change; change nothing "
+                        "(the same as `orchestrator plan`)")
+    _add_ansible_habits(deploy)
     deploy.add_argument("--rolling", action="store_true",
                         help="accepted for older scripts: every deploy of a playbook with a "
                         "gateway stage rolls its replicas (see --max-unavailable)")
@@ -138,7 +143,22 @@ def _add_deploy_and_plan(sub: Any) -> None:
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_selection(plan)
+    plan.add_argument("--check", action="store_true", help="accepted: a plan is always a check")
+    _add_ansible_habits(plan)
     plan.set_defaults(func=cmd_deploy, dry_run=True)
+
+
+def _add_ansible_habits(p: argparse.ArgumentParser) -> None:
+    """--diff, --list-hosts, --list-tasks: as ansible-playbook's, on deploy and plan."""
+    p.add_argument("--diff", action="store_true",
+                   help="after the table, each (host, stage) that was not converged and the "
+                   "reason its check gave (with --check: what WOULD change)")
+    p.add_argument("--list-hosts", action="store_true",
+                   help="print the hosts the run would touch (after --limit) and how each is "
+                   "reached; connect to none")
+    p.add_argument("--list-tasks", action="store_true",
+                   help="print the stages in run order (after --only/--from/--skip/--limit), "
+                   "per host where they differ; connect to none")
 
 
 #: subcommands registered (and their modules imported) only for their own command or a listing
@@ -155,7 +175,7 @@ def _command_of(argv: list[str]) -> str | None:
     for arg in argv:
         if not arg.startswith("-"):
             return arg
-        if arg in ("-h", "--help", "--version"):
+        if arg in ("-h", "--help", "-V", "--version"):
             return None
     return None
 
@@ -164,12 +184,18 @@ def _command_of(argv: list[str]) -> str | None:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
-    from orchestrator.config import load_all, load_playbook_alone, parse_cli_vars
+    from orchestrator.config import (
+        load_all,
+        load_playbook_alone,
+        parse_cli_vars,
+        unknown_variables,
+    )
 
     cli_vars = parse_cli_vars(args.var)
     if args.inventory is not None:
         pb, inv = load_all(args.playbook, args.inventory, cli_vars)
-        print(f"ok: {args.playbook}: {len(pb.stages)} stage(s), {len(inv.hosts)} host(s)")
+        _warn_unknown_vars(unknown_variables(pb, inv, cli_vars), cli_vars)
+        print(f"ok: {args.playbook}: {len(pb.stages)} stage(s), {_host_counts(inv)}")
         return 0
     pb, needs = load_playbook_alone(args.playbook, cli_vars)
     print(f"ok: {args.playbook}: {len(pb.stages)} stage(s)")
@@ -180,6 +206,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for location, name in needs:
             print(f"  {location}: {name}")
     return 0
+
+
+def _host_counts(inventory: Inventory) -> str:
+    """The inventory's hosts in words, e.g. `2 deploy host(s), 1 hypervisor`: a host another
+    host names as its `hypervisor.host` (reached only to repair a container) counted apart."""
+    hypervisors = {h.hypervisor.host for h in inventory.hosts.values() if h.hypervisor}
+    hypervisors &= set(inventory.hosts)
+    deploy = len(inventory.hosts) - len(hypervisors)
+    if not hypervisors:
+        return f"{deploy} host(s)"
+    return (f"{deploy} deploy host(s), {len(hypervisors)} "
+            f"hypervisor{'s' if len(hypervisors) > 1 else ''}")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -229,33 +267,67 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
         wait_for_host = parse_duration(args.wait_for_host)
     except ValueError as exc:
         raise ConfigError(f"--wait-for-host: {exc}") from None
+    selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
+    if args.list_hosts or args.list_tasks:
+        return _list(args, selection)
     _interrupt_on_signals()
     if getattr(args, "max_unavailable", 1) < 1:
         raise ConfigError("--max-unavailable must be at least 1")
     options = RunOptions(forks=args.forks, per_host=args.per_host, dry_run=args.dry_run,
                          wait_for_host=wait_for_host, verify=args.verify,
                          max_unavailable=getattr(args, "max_unavailable", 1))
-    selection = Selection.from_args(args.limit, args.only, args.from_, args.skip)
     REDACTOR.add_env(os.environ)
     early = for_deploy(args.playbook, args.inventory, selection, options)
     try:
         from orchestrator.config.variables import parse_cli_vars
 
-        cli_vars = {**_vars_files(args.vars_file), **parse_cli_vars(args.var)}
-        outcome = _deploy_with_view(args, cli_vars, selection, options, early)
+        var_names = parse_cli_vars(args.var)
+        cli_vars = {**_vars_files(args.vars_file), **var_names}
+        outcome = _deploy_with_view(args, cli_vars, selection, options, early, list(var_names))
     finally:
         if early is not None:
             early.close()
     if args.json:
         print(json.dumps(REDACTOR.redact(outcome.summary.to_json()), indent=2, default=str))
     else:
-        _print_summary(outcome, args.locked if args.dry_run else None)
+        _print_summary(outcome, args.locked if args.dry_run else None, diff=args.diff)
     return outcome.exit_code
 
 
+def _list(args: argparse.Namespace, selection: Selection) -> int:
+    """--list-hosts / --list-tasks: load, plan (the selection applied), print; connect to none."""
+    import orchestrator.stages  # noqa: F401 - hands the stage kinds to config
+    from orchestrator.cli.listing import list_hosts, list_tasks
+    from orchestrator.config import load_all, parse_cli_vars, unknown_variables
+    from orchestrator.plan import build_plan
+
+    var_names = parse_cli_vars(args.var)
+    cli_vars = {**_vars_files(args.vars_file), **var_names}
+    pb, inv = load_all(args.playbook, args.inventory, cli_vars)
+    _warn_unknown_vars(unknown_variables(pb, inv, cli_vars), var_names)
+    plan = build_plan(pb, inv, selection)
+    lines = (list_hosts(plan, args.json) if args.list_hosts else []) + \
+        (list_tasks(plan, args.json) if args.list_tasks else [])
+    print("\n".join(lines))
+    return 0
+
+
+def _warn_unknown_vars(unknown: dict[str, str | None], var_names: Iterable[str]) -> None:
+    """One line on stderr per `--var` name that nothing defines or reads (a typo, most often);
+    the run goes on, as Ansible's would (which says nothing)."""
+    for name in var_names:
+        if name in unknown:
+            close = unknown[name]
+            hint = f" (did you mean {close}?)" if close else ""
+            print(f"warning: --var {name}: no vars define it and no template reads it{hint}",
+                  file=sys.stderr)
+
+
 def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], selection: Selection,
-                      options: RunOptions, early: Preconnect | None) -> DeployOutcome:
-    """orchestrator.deploy.deploy, shown on the console unless --json."""
+                      options: RunOptions, early: Preconnect | None,
+                      var_names: Iterable[str] = ()) -> DeployOutcome:
+    """orchestrator.deploy.deploy, shown on the console unless --json; VAR_NAMES: the --var
+    names (warned about when nothing defines or reads them)."""
     from orchestrator.cli.console import ConsoleView
     from orchestrator.deploy import DeployStart, deploy
 
@@ -263,6 +335,7 @@ def _deploy_with_view(args: argparse.Namespace, cli_vars: dict[str, Any], select
 
     def on_start(start: DeployStart) -> None:
         _resume_gc()
+        _warn_unknown_vars(start.unknown_vars, var_names)
         if start.pin_incomplete:
             print(f"warning: {args.locked} comes from a deploy that did not complete; stages it "
                   "has no entry for will be refused", file=sys.stderr)
@@ -298,11 +371,13 @@ def _vars_files(paths: list[str]) -> dict[str, Any]:
     return out
 
 
-def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
-    """The closing table, headline facts, drift (plan --locked), totals and paths, on stdout."""
+def _print_summary(outcome: DeployOutcome, drift_against: str | None,
+                   diff: bool = False) -> None:
+    """The closing table, headline facts, drift (plan --locked), what was not converged and
+    why (--diff), totals and paths, on stdout."""
     from rich.console import Console
 
-    from orchestrator.cli.console import highlights, summary_table
+    from orchestrator.cli.console import diff_lines, highlights, summary_table
     from orchestrator.pinfile import drift_lines
 
     summary = outcome.summary
@@ -315,6 +390,9 @@ def _print_summary(outcome: DeployOutcome, drift_against: str | None) -> None:
     if drift_against:
         for line in drift_lines(summary, drift_against):
             out.print(line, markup=False)
+    if diff:
+        for line in diff_lines(summary):
+            out.print(REDACTOR.redact(line), markup=False)
     out.print(f"run {outcome.run_id}: {totals}; exit code {outcome.exit_code}; "
               f"{summary.duration_s or 0:.1f}s")
     out.print(f"run record: {outcome.run_dir}/summary.json")

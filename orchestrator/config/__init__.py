@@ -6,6 +6,7 @@
     validate_params(stage, rendered_with) -> the kind's Params (errors located)
     host_variables(playbook, inventory, host_name, cli_vars) -> dict
     parse_cli_vars(["k=v", ...]) -> dict       secret_values(playbook, inventory, variables)
+    unknown_variables(playbook, inventory, names) -> {name: did-you-mean}  (a typo'd --var)
     render_value / render_shell / evaluate_condition / undeclared   (Jinja2, sandboxed, strict)
     json_schema("playbook" | "inventory") -> dict
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         host_variables,
         parse_cli_vars,
         secret_values,
+        unknown_variables,
     )
     from orchestrator.config.yamlsrc import YamlDoc, load_yaml, load_yaml_text
 
@@ -69,7 +71,7 @@ _HOMES = {
     **dict.fromkeys(["Raw", "evaluate_condition", "is_template", "render_shell", "render_string",
                      "render_value", "undeclared"], "templating"),
     **dict.fromkeys(["BUILTINS", "builtin_variables", "group_names", "host_variables",
-                     "parse_cli_vars", "secret_values"], "variables"),
+                     "parse_cli_vars", "secret_values", "unknown_variables"], "variables"),
     **dict.fromkeys(["YamlDoc", "load_yaml", "load_yaml_text"], "yamlsrc"),
 }
 
@@ -103,6 +105,7 @@ __all__ = [
     "render_value",
     "secret_values",
     "undeclared",
+    "unknown_variables",
     "validate_params",
 ]
 

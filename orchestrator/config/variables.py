@@ -249,3 +249,45 @@ def secret_values(
         found.update(h.become_password for h in inventory.hosts.values() if h.become_password)
     found.discard("")
     return found
+
+
+def referenced_names(playbook: Playbook, inventory: Inventory) -> set[str]:
+    """Every variable name a template reads: in the stages (`run`, `check`, `with`, `env`, the
+    `when:` expression) and in the values of every vars layer (playbook and its vars files,
+    inventory, groups, hosts)."""
+    found: set[str] = set()
+    for spec in playbook.stages:
+        found |= _references([spec.run, spec.check, spec.with_, spec.env])
+        if spec.when is not None:
+            try:
+                found |= undeclared(spec.when, expression=not is_template(spec.when))
+            except ConfigError:
+                pass  # reported when rendered, with its location
+    layers = [playbook.vars, inventory.vars, *(g.vars for g in inventory.groups.values()),
+              *(h.vars for h in inventory.hosts.values())]
+    for values in layers:
+        found |= _references(values)
+    return found
+
+
+def unknown_variables(
+    playbook: Playbook, inventory: Inventory, names: Iterable[str]
+) -> dict[str, str | None]:
+    """The NAMES (e.g. of `--var`) that no vars layer defines and no template reads, each with
+    its nearest known name (difflib) or None: a typo'd `--var sglang_prot=1` changes nothing.
+
+    Names that a layer defines are settled without parsing a template, so the usual case (every
+    `--var` overrides a defined variable) costs nothing.
+    """
+    defined = set(playbook.vars) | set(inventory.vars)
+    defined.update(n for g in inventory.groups.values() for n in g.vars)
+    defined.update(n for h in inventory.hosts.values() for n in h.vars)
+    left = [n for n in dict.fromkeys(names) if n not in defined and n not in BUILTINS]
+    if not left:
+        return {}
+    known = defined | referenced_names(playbook, inventory)
+    out: dict[str, str | None] = {}
+    for name in (n for n in left if n not in known):
+        close = difflib.get_close_matches(name, sorted(known - set(BUILTINS)), n=1, cutoff=0.6)
+        out[name] = close[0] if close else None
+    return out
