@@ -16,10 +16,10 @@ PYTEST_ARGS ?= -n 6 --dist loadfile --no-loadscope-reorder
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 12
 
-$(STAMP): pyproject.toml sim/pyproject.toml
+$(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]' -e ./sim
+	$(BIN)/python -m pip install -q -e '.[dev]'  # dev includes the report and sim extras
 	@touch $(STAMP)
 
 venv: $(STAMP)  ## create .venv and install orchestrator, its dev tools and the simulator (sim/); fetch the gateway wheels

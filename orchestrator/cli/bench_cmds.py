@@ -135,7 +135,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def need_matplotlib(command: str) -> None:
+    """The PNGs need matplotlib, the wheel's `report` extra: say so before anything runs."""
+    from importlib.util import find_spec
+
+    from orchestrator.errors import ConfigError, ConfigProblem
+
+    if find_spec("matplotlib") is None:
+        raise ConfigError([ConfigProblem(
+            None, f"`orchestrator {command}` draws its plots with matplotlib, which this Python "
+            "lacks", "pip install 'sglang-orchestrator[report]'")])
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    need_matplotlib("report")
     from orchestrator.bench.report import write_report
 
     rep = write_report(args.runs, out=args.out, baseline=args.baseline, run_dir=args.run_dir)
@@ -148,6 +161,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    need_matplotlib("tune")
     from orchestrator.bench.tune import run_tune
     from orchestrator.config import parse_cli_vars
 

@@ -109,7 +109,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command not in sub.choices:  # a listing, or another distribution's (the simulator's `sim`)
         from importlib.metadata import entry_points
         for entry in entry_points(group="orchestrator.commands"):
-            if command in (None, entry.name):
+            # one command once, though two installs of a distribution may both name it
+            if command in (None, entry.name) and entry.name not in sub.choices:
                 entry.load()(sub)
     return parser
 
@@ -167,6 +168,8 @@ _FAMILIES = {
     "orchestrator.cli.service_cmds": ("status", "logs", "stop"),
     "orchestrator.cli.bench_cmds": ("bench", "report", "tune"),
     "orchestrator.cli.pin_cmd": ("pin",),
+    "orchestrator.cli.init_cmd": ("init",),
+    "orchestrator.cli.completion_cmd": ("completion",),
 }
 
 

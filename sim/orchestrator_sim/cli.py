@@ -30,7 +30,22 @@ def _err(msg: str) -> int:
     return 1
 
 
+#: what the simulator needs beyond the product (the wheel's `sim` extra): import name -> pin
+SIM_NEEDS = {"huggingface_hub": "huggingface_hub==2.4.0", "cryptography": "cryptography"}
+
+
+def missing_needs() -> list[str]:
+    """The requirements of the `sim` extra that this Python cannot import."""
+    from importlib.util import find_spec
+
+    return [req for mod, req in SIM_NEEDS.items() if find_spec(mod) is None]
+
+
 def cmd_up(args: argparse.Namespace) -> int:
+    missing = missing_needs()
+    if missing:
+        return _err(f"the simulator needs {', '.join(missing)}, which this Python lacks: "
+                    "pip install 'sglang-orchestrator[sim]'")
     options: dict[str, Any] = {
         "hosts": args.hosts, "profile": args.profile, "sshd": args.sshd,
         "time_scale": args.time_scale, "hypervisor": args.hypervisor, "net": args.net,

@@ -95,4 +95,5 @@ def test_an_upward_import_breaks_its_contract(tmp_path: Path, module: str, upwar
     assert r.returncode == 1, r.stdout + r.stderr
     broken = [line for line in r.stdout.splitlines() if line.endswith("BROKEN")]
     assert len(broken) == 1 and broken[0].startswith(contract), r.stdout
-    assert "Contracts: 25 kept, 1 broken." in r.stdout
+    contracts = (REPO / ".importlinter").read_text().count("[importlinter:contract:")
+    assert f"Contracts: {contracts - 1} kept, 1 broken." in r.stdout
