@@ -514,19 +514,6 @@ def test_loader_exact_fallback_and_below_oldest() -> None:
         releases.load_release("latest")
 
 
-def test_release_files_are_packaged() -> None:
-    # setuptools' find_packages would find it: a package (an __init__.py) under orchestrator*
-    # (importing setuptools here would fight another test's distutils import)
-    assert (REPO / "orchestrator" / "sglang" / "releases" / "__init__.py").is_file()
-    tomllib = pytest.importorskip("tomllib")
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["orchestrator*"]
-    patterns = [p for ps in config["tool"]["setuptools"]["package-data"].values() for p in ps]
-    assert "*.json" in patterns
-
-
-# ------------------------------------------------------------------------------ committed files
-
 def committed(version: str) -> dict[str, dict[str, Any]]:
     return by_option(releases.load_release(version)["flags"])
 
