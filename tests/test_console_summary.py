@@ -52,3 +52,22 @@ def test_a_few_hosts_keep_a_column_and_a_line_each() -> None:
     shown = text(summary_table(rec))
     assert all(f"gpu-{i}" in shown for i in range(1, WIDE + 1))
     assert len(highlights(rec)) == WIDE and highlights(rec)[0].startswith("gpu-1: ready after")
+
+
+def test_stage_words_say_what_a_change_did_and_shorten_paths() -> None:
+    from orchestrator.cli.console import short_paths, stage_words
+
+    long = "/work/x/.sim/demo/hosts/gpu-1/root/opt/orchestrator/venvs/sglang-0.5.23/bin/python"
+    assert short_paths(f"the venv at {long}: broken") == \
+        "the venv at …/sglang-0.5.23/bin/python: broken"
+    assert short_paths("/opt/orchestrator/models stays") == "/opt/orchestrator/models stays"
+    # a change says what it did, from the facts the stage recorded ...
+    assert stage_words("changed", "http://h:30000/health: connection refused",
+                       {"ready_after_s": 1.52, "accept_length": 2.6}) == \
+        "ready after 1.5s, accept length 2.60"
+    assert stage_words("changed", "sglang is not installed",
+                       {"installed": ["sglang==0.5.23"]}) == "installed sglang==0.5.23"
+    # ... else what the check had found, marked as before the change
+    assert stage_words("changed", "the marker is missing", {}) == "(was: the marker is missing)"
+    assert stage_words("ok", "all 3 requirements satisfied", {"installed": ["x"]}) == \
+        "all 3 requirements satisfied"

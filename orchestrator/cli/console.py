@@ -7,6 +7,7 @@ message (rich). Otherwise (CI, pipes): plain lines, one per finished stage, plus
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import threading
 import time
@@ -194,7 +195,8 @@ class ConsoleView(EventHandler):
         line.running.pop(e.stage, None)
         line.done += 1
         line.counts[e.status] = line.counts.get(e.status, 0) + 1
-        text = f"[{e.host}] {e.stage:<24} {e.status:<12} {e.duration_s:7.2f}s  {e.reason or ''}"
+        said = stage_words(e.status, e.reason, e.facts)
+        text = f"[{e.host}] {e.stage:<24} {e.status:<12} {e.duration_s:7.2f}s  {said}"
         self._print(text.rstrip(), style=STYLE.get(e.status))
         if e.error:
             self._print(_indent(str(e.error)), style="red")
@@ -254,6 +256,56 @@ class ConsoleView(EventHandler):
             if self._live is not None:
                 self._live.stop()
                 self._live = None
+
+
+#: an absolute path of five or more parts (shown as its last three; the run record keeps it)
+_LONG_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/:;,()'\"`]+/){4,}[^\s/:;,()'\"`]*")
+
+
+def short_paths(text: str) -> str:
+    """Long absolute paths cut to "…/" and their last three parts (the console only)."""
+    def cut(m: re.Match[str]) -> str:
+        parts = [p for p in m.group(0).split("/") if p]
+        return "…/" + "/".join(parts[-3:])
+
+    return _LONG_PATH.sub(cut, text)
+
+
+def _done(facts: dict[str, Any]) -> str | None:
+    """What a stage that changed something did, from the facts it recorded."""
+    if "ready_after_s" in facts:
+        accept = facts.get("accept_length")
+        return f"ready after {facts['ready_after_s']:.1f}s" + (
+            f", accept length {accept:.2f}" if isinstance(accept, (int, float)) else "")
+    if "pid" in facts and "fingerprint" in facts:
+        pool = facts.get("kv_pool")
+        tokens = f"; predicted KV pool {pool['tokens']:,} tokens per rank" if isinstance(
+            pool, dict) and isinstance(pool.get("tokens"), int) else ""
+        return f"started pid {facts['pid']} ({facts.get('managed_by', 'supervised')}){tokens}"
+    if facts.get("installed"):
+        return "installed " + ", ".join(map(str, facts["installed"]))
+    fix = facts.get("uvm_fix")
+    if isinstance(fix, dict):
+        return (f"repaired through hypervisor {fix.get('hypervisor')}: nvidia-uvm allowed at "
+                f"major {fix.get('major')} in {fix.get('conf')}, container {fix.get('ctid')} "
+                "restarted")
+    if facts.get("commit") and isinstance(facts.get("files"), int):
+        size = facts.get("bytes")
+        mib = f" ({size / 2**20:.1f} MiB)" if isinstance(size, int) else ""
+        return f"downloaded {facts['files']} files{mib} at {str(facts['commit'])[:12]}"
+    if "python" in facts and "pip" in facts:
+        return f"python {facts['python']} with pip {facts['pip']}"
+    return None
+
+
+def stage_words(status: str, reason: str | None, facts: dict[str, Any] | None) -> str:
+    """A stage line's words: for `changed`, what was done (else what the check had found,
+    marked as before); paths shortened. The events and the run record keep both in full."""
+    text = reason or ""
+    if status == "changed":
+        done = _done(facts or {})
+        text = done if done else (f"(was: {text})" if text else "")
+    return short_paths(text)
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
