@@ -5,6 +5,7 @@
                        [--limit H] [--label NAME]
     orchestrator report RUN... [-o DIR] [--baseline RUN]
     orchestrator tune PLAYBOOK -i INV [--grid FILE] [--concurrency ...] [--out DIR]
+                      [--for-concurrency N] [--min-user-tps X]
 
 Exit codes: 0 every run measured; 1 a run failed (the runs measured are kept); 2 bad input;
 3 a host could not be reached.
@@ -90,6 +91,13 @@ def add_subcommands(sub: Any) -> None:
     tune.add_argument("--grid", help="YAML file with a `tune:` mapping (default: the playbook "
                       "variable `tune`)")
     tune.add_argument("--out", help="tune dir (default RUN_DIR/tune-<playbook name>)")
+    tune.add_argument("--for-concurrency", type=int, metavar="N",
+                      help="write the override for this load: the setting best at concurrency "
+                      "N (one of --concurrency; default: the lowest measured)")
+    tune.add_argument("--min-user-tps", type=float, metavar="X",
+                      help="the override is the setting (and concurrency) with the most output "
+                      "tok/s whose per-user tok/s (1000 / median TPOT) is at least X; with "
+                      "--for-concurrency, at that concurrency")
     tune.set_defaults(func=cmd_tune)
 
 
@@ -148,13 +156,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from orchestrator.bench.tune import run_tune
+    from orchestrator.bench.tune import Target, run_tune
     from orchestrator.config import parse_cli_vars
 
     if args.grid is not None and not os.path.isfile(args.grid):
         raise ConfigError(f"--grid {args.grid}: no such file")
     res = run_tune(args.playbook, args.inventory, cli_vars=parse_cli_vars(args.var),
                    limit=args.limit, options=_options(args), run_dir=args.run_dir,
-                   grid_path=args.grid, out=args.out, say=lambda m: print(m, flush=True))
+                   grid_path=args.grid, out=args.out, say=lambda m: print(m, flush=True),
+                   target=Target(args.for_concurrency, args.min_user_tps))
     print(res.summary_text)
     return res.exit_code
