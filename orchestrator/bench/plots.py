@@ -14,6 +14,7 @@ placed by rank at each concurrency (highest above, lowest below, others beside).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,13 +32,17 @@ def _plt() -> Any:
 
 
 def _style(s: Series, i: int) -> dict[str, Any]:
-    base = s.label.split(" @")[0] == "baseline"
+    from orchestrator.bench.report import is_baseline
+
+    base = is_baseline(s)
     return {"color": "black" if base else f"C{i % 10}", "lw": 2.4 if base else 1.6,
             "marker": "s" if base else "o", "ms": 5}
 
 
 def _xaxis(ax: Any, cs: list[int]) -> None:
     ax.set_xscale("log", base=2)
+    if cs:  # every concurrency inside the axes, even one no line of this plot reaches
+        ax.set_xlim(cs[0] / 1.3, cs[-1] * 1.3)
     ax.set_xticks(cs, [str(c) for c in cs])
     ax.minorticks_off()
     ax.set_xlabel("concurrent requests (--max-concurrency)")
@@ -121,14 +126,17 @@ def tradeoff(series: list[Series], base: Series | None, out: Path) -> Path | Non
         below = i % 2 == 1  # alternate sides: labels of neighbouring lines do not meet
         for c, user, total in p:
             ax.annotate(f"c={c}", (user, total), textcoords="offset points",
-                        xytext=(6, -12) if below else (-6, 7), ha="left" if below else "right",
+                        xytext=(11, -15) if below else (-11, 10),
+                        ha="left" if below else "right",
                         fontsize=7, color=_style(s, i)["color"])
     for s in series:
         if base is None or s is base:
             continue
         stop = stops_paying(s, base)
         if stop is None:
-            notes.append(f"{s.label}: pays at every concurrency measured")
+            both = [str(c) for c in sorted(s.points) if c in base.points]
+            notes.append(f"{s.label}: pays at every concurrency both measured "
+                         f"({', '.join(both) or 'none'})")
             continue
         for t in (s, base):
             user, total = t.points[stop].user_tps, t.value(stop, "output_throughput")
@@ -141,9 +149,12 @@ def tradeoff(series: list[Series], base: Series | None, out: Path) -> Path | Non
     ax.set_xlabel("per-user decode speed, tokens/s (1000 / median TPOT)")
     ax.set_ylabel("output tokens/s (all requests)")
     ax.grid(alpha=0.3)
-    ax.margins(x=0.12, y=0.1)
+    # from zero, with room for the labels: a small difference must look small
+    ax.set_xlim(0, max(x[1] for p in pts.values() for x in p) * 1.12)
+    ax.set_ylim(0, max(x[2] for p in pts.values() for x in p) * 1.12)
     title = "Throughput vs per-user speed (one point per concurrency)"
-    ax.set_title(title + ("\n" + "; ".join(notes) if notes else ""), fontsize=10)
+    wrapped = ["\n".join(textwrap.wrap(n, 100)) for n in notes]
+    ax.set_title("\n".join([title, *wrapped]), fontsize=10)
     _legend(ax)
     return _save(fig, out / "tradeoff.png")
 
@@ -197,9 +208,14 @@ def latency(series: list[Series], cs: list[int], out: Path) -> Path:
             lambda v, _pos: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
     a1.set_title("TTFT p50 (solid) and p99 (dashed)")
     a2.set_title("ITL p50 (solid) and p99 (dashed)")
+    thin = sorted({run.thin("p99_ttft_ms") or 0 for s in series for run in s.points.values()}
+                  - {0})
+    if thin:
+        fig.suptitle(f"p99 from {', '.join(map(str, thin))} requests (fewer than 100): a few "
+                     "requests set it, not a tail estimate", fontsize=9, color="#a33", y=1.0)
     handles, labels = a1.get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncol=min(4, max(1, len(handles))), fontsize=8, frameon=False)
+               ncol=min(2, max(1, len(handles))), fontsize=8, frameon=False)
     return _save(fig, out / "latency.png")
 
 
@@ -211,10 +227,16 @@ def accept(series: list[Series], cs: list[int], out: Path) -> Path | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4.5))
+    missing = set()
     for i, s in spec:
         _line(ax, s, "accept_length", i, label=s.label)
+        missing |= {c for c in s.points if not s.value(c, "accept_length")}
     _xaxis(ax, cs)
-    ax.set_ylim(bottom=1.0)
+    ax.set_ylim(bottom=1.0, top=max(s.value(c, "accept_length") or 0 for _, s in spec
+                                    for c in s.points) * 1.15)
+    for c in sorted(missing):  # the server published none for that run: say so where it goes
+        ax.annotate("none reported", (c, 1.0), textcoords="offset points", xytext=(0, 8),
+                    ha="center", fontsize=8, color="#555", rotation=90, va="bottom")
     ax.set_ylabel("accept length (tokens per verify step)")
     ax.set_title("Accept length reported by the benchmark (server's avg_spec_accept_length)")
     _legend(ax)

@@ -149,7 +149,7 @@ def write_report(paths: Sequence[str], *, out: str | os.PathLike[str] | None = N
         raise ConfigError("nothing to report: give bench runs, a tune dir or deploy runs")
     out_dir = Path(out) if out else Path(run_dir) / f"report-{new_run_id()}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    series = [s for r in benches for s in series_of(r)]
+    series = _distinct([s for r in benches for s in series_of(r)])
     base = _baseline(series, baseline)
     pngs: list[Path] = []
     if any(s.points for s in series):
@@ -168,7 +168,24 @@ def _baseline(series: list[Series], wanted: str | None) -> Series | None:
             if wanted in (s.run_id, s.label) or Path(s.path).is_relative_to(Path(wanted)):
                 return s
         raise ConfigError(f"--baseline {wanted}: not one of the runs reported")
-    return next((s for s in series if s.label.split(" @")[0] == "baseline"), None)
+    return next((s for s in series if is_baseline(s)), None)
+
+
+def is_baseline(s: Series) -> bool:
+    """The configuration without speculation (its label, less host and run suffixes)."""
+    return s.label.split(" @")[0].split(" [run ")[0] == "baseline"
+
+
+def _distinct(series: list[Series]) -> list[Series]:
+    """Two series with one label (the same setting benched twice) get their run id in it: a
+    legend must tell its lines apart."""
+    seen: dict[str, int] = {}
+    for s in series:
+        seen[s.label] = seen.get(s.label, 0) + 1
+    for s in series:
+        if seen[s.label] > 1:
+            s.label = f"{s.label} [run {s.run_id}]"
+    return series
 
 
 def concurrencies(series: list[Series]) -> list[int]:
@@ -244,13 +261,14 @@ def _latency_table(s: Series) -> list[str]:
         lines.append(f"| {c} | " + " | ".join(vals) + " |")
     if thin:
         lines += ["", f"{THIN} p99 from fewer than 100 requests (" + ", ".join(
-            f"{n} at concurrency {c}" for c, n in sorted(thin.items())) + "): the slowest "
-            "request alone sets it; run more (--num-prompts) for a tail figure."]
+            f"{n} at concurrency {c}" for c, n in sorted(thin.items())) + "): a few requests "
+            "(or one) set it, not a tail estimate; run more (--num-prompts) for one."]
     odd = sorted({f"{k}={v}" for r in s.points.values() for k, v in (r.nonfinite or {}).items()})
     if odd:
+        why = (" (request_rate=inf is SGLang's default: every request sent at once, "
+               "`--max-concurrency` alone paces them)" if "request_rate=inf" in odd else "")
         lines += ["", "Written by SGLang as Infinity/NaN, null in results.json: "
-                  + ", ".join(odd) + " (request_rate=inf: every request sent at once, "
-                  "`--max-concurrency` alone paces them)."]
+                  + ", ".join(odd) + why + "."]
     return lines
 
 

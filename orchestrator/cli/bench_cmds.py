@@ -72,8 +72,10 @@ def add_subcommands(sub: Any) -> None:
     report = sub.add_parser(
         "report", help="Markdown + PNG plots from bench, tune or deploy runs",
         description="RUN is a run dir (runs/<id>), a results.json or a tune dir. Bench runs: "
-        "throughput, speedup, TTFT/ITL, accept length, a table and each configuration's launch "
-        "arguments. Deploy runs: the stage timeline per host (Gantt chart).")
+        "throughput, throughput vs per-user tok/s (where speculation stops paying marked), "
+        "speedup, TTFT/ITL, accept length, tables (thin percentiles marked) and each "
+        "configuration's launch arguments. Deploy runs: the stage timeline per host (Gantt "
+        "chart).")
     report.add_argument("runs", nargs="+", metavar="RUN")
     report.add_argument("-o", "--out", default=None,
                         help="output dir (default: RUN_DIR/report-<time>)")
