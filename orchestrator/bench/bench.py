@@ -7,17 +7,25 @@ fact); its launch fingerprint (STATE_DIR/fingerprint.json: exact arguments, SGLa
 and drafter identity) and /server_info are recorded; then one benchmark run per concurrency,
 `PYTHON -m sglang.bench_serving|sglang.benchmark.serving ...` ON the host (see
 orchestrator.sglang.benchmark), the API key in the command's environment. Every figure in
-results.json is parsed from the benchmark's printed result block; nothing is computed here.
+results.json is the benchmark's own, read from the JSON line it appends to `--output-file` (a
+fresh file in a private temporary directory on the host, removed after the runs: the line's
+`server_info` may carry the API key); nothing is computed here but per-user tok/s
+(1000 / median TPOT, `BenchRun.user_tps`).
 
-results.json (`BenchResults.to_json`) is rewritten after every run, so a server that dies midway
-leaves the runs already measured; the failed run records the benchmark's exit code and last
-lines, and the host's remaining concurrencies are skipped once the server is found gone.
+results.json (`BenchResults.to_json`) is strict JSON (`json.loads(..., parse_constant=...)`
+raising on Infinity/NaN accepts it): a figure SGLang wrote as Infinity or NaN is null there, with
+its text in the run's `nonfinite` ({"request_rate": "inf"}). It is rewritten after every run, so
+a server that dies midway leaves the runs already measured; the failed run records the
+benchmark's exit code and last lines, and the host's remaining concurrencies are skipped once
+the server is found gone.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import shlex
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,7 +50,8 @@ from orchestrator.summary import from_json
 from orchestrator.transports import make_transport
 
 RESULTS_KIND = "orchestrator-bench"
-RESULTS_VERSION = 1
+#: 2: figures from the benchmark's --output-file line (1: from its printed banner)
+RESULTS_VERSION = 2
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32)
 
 #: (host, concurrency, run) after each run; run.ok says whether it produced figures
@@ -143,10 +152,10 @@ class BenchRun:
     #: the benchmark's command line (redacted), without the interpreter
     command: str
     ok: bool
-    #: the figures of its result block (orchestrator.sglang.benchmark.parse_result)
+    #: the benchmark's --output-file line (orchestrator.sglang.benchmark.read_output)
     result: dict[str, Any] | None = None
-    #: the result block as printed
-    lines: list[str] | None = None
+    #: figures of that line that were not finite (null in `result`): key -> "inf" / "nan"
+    nonfinite: dict[str, str] | None = None
     error: str | None = None
     #: the last lines of a failed run's output
     tail: str | None = None
@@ -154,7 +163,16 @@ class BenchRun:
     def figure(self, key: str) -> float | None:
         """A figure of a run that produced them (None when not measured)."""
         v = (self.result or {}).get(key) if self.ok else None
-        return float(v) if isinstance(v, (int, float)) else None
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    @property
+    def user_tps(self) -> float | None:
+        """One user's decode tokens/s: 1000 / the median TPOT (ms), None without one."""
+        return benchmark.user_tps(self.figure("median_tpot_ms"))
+
+    def thin(self, key: str) -> int | None:
+        """The requests behind a percentile figure when too few for it (p99 from < 100)."""
+        return benchmark.thin_percentile(key, (self.result or {}).get("completed"))
 
 
 @dataclass(frozen=True)
@@ -213,16 +231,52 @@ class BenchResults:
                    for h in self.hosts.values())
 
     def to_json(self) -> dict[str, Any]:
-        """results.json's document (fields that are None left out)."""
+        """results.json's document (fields that are None left out; strict JSON: any number
+        that is not finite is null)."""
         out = asdict(self, dict_factory=lambda kv: {k: v for k, v in kv if v is not None})
         out.pop("path", None)
-        return {"kind": RESULTS_KIND, "version": RESULTS_VERSION, **out}
+        return strict({"kind": RESULTS_KIND, "version": RESULTS_VERSION, **out})
 
     @classmethod
     def from_json(cls, data: dict[str, Any], path: str | None = None) -> BenchResults:
-        """From results.json's document."""
+        """From results.json's document (version 1's banner figures read as they were)."""
+        if data.get("version") == 1:
+            data = _from_v1(data)
         data = {k: v for k, v in data.items() if k not in ("kind", "version")}
         return from_json(cls, {**data, "path": path})
+
+
+def strict(value: Any) -> Any:
+    """VALUE with every float that is not finite replaced by None (JSON has no Infinity)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
+def dumps(doc: Any) -> str:
+    """Strict JSON text of a document (non-finite numbers as null)."""
+    return json.dumps(strict(doc), indent=1, sort_keys=True, default=str, allow_nan=False)
+
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 results.json (figures read from the printed banner) in version 2's shape:
+    the printed block dropped, `duration_s` as the benchmark's `duration`."""
+    hosts = {}
+    for name, h in (data.get("hosts") or {}).items():
+        runs = []
+        for r in h.get("runs") or []:
+            r = {k: v for k, v in r.items() if k != "lines"}
+            if isinstance(r.get("result"), dict):
+                res = {k: v for k, v in r["result"].items() if k not in ("other", "duration_s")}
+                res["duration"] = r["result"].get("duration_s")
+                r["result"] = res
+            runs.append(r)
+        hosts[name] = {**h, "runs": runs}
+    return {**data, "hosts": hosts}
 
 
 @dataclass
@@ -252,8 +306,7 @@ class _Writer:
 
     def flush(self) -> None:
         with self.lock:
-            text = json.dumps(REDACTOR.redact(self.results.to_json()), indent=1, sort_keys=True,
-                              default=str)
+            text = dumps(REDACTOR.redact(self.results.to_json()))
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(text + "\n")
             os.replace(tmp, self.path)
@@ -292,26 +345,38 @@ def _status(host: Host, target: ServerTarget) -> ServerStatus:
                      port=target.port)
 
 
+def _scratch(host: Host) -> str:
+    """A private temporary directory on the host for the runs' --output-file."""
+    res = host.run("mktemp -d -t orchestrator-bench.XXXXXX", timeout=30)
+    path = res.stdout.strip()
+    if not res.ok or not path.startswith("/"):
+        raise OrchestratorError(f"mktemp -d on the host failed: {res.tail(3)}")
+    return path
+
+
 def _one_run(host: Host, target: ServerTarget, version: str | None, options: BenchOptions,
-             concurrency: int) -> BenchRun:
+             concurrency: int, scratch: str) -> BenchRun:
     """One benchmark run at one concurrency: its figures, or why there are none."""
+    out_file = f"{scratch}/c{concurrency}.jsonl"
     spec = benchmark.BenchSpec(
         base_url=target.url, concurrency=concurrency,
         num_prompts=options.prompts_for(concurrency), input_len=options.input_len,
         output_len=options.output_len, dataset=options.dataset,
         dataset_path=options.dataset_path, model=target.served_model_name,
-        tokenizer=target.model_path)
+        tokenizer=target.model_path, output_file=out_file)
     argv = benchmark.bench_argv(target.python, version, spec)
     env = {"OPENAI_API_KEY": target.api_key} if target.api_key else None
     res = host.run_argv(argv, env=env, timeout=options.run_timeout)
-    figures = benchmark.parse_result(res.stdout)
+    out = benchmark.read_output(host.read_text(out_file))
     run = partial(BenchRun, concurrency, spec.num_prompts, res.exit_code, round(res.duration, 3),
                   REDACTOR.redact(" ".join(argv[1:])))
-    if res.ok and figures is not None and figures.get("completed"):
-        return run(ok=True, result=figures, lines=benchmark.result_block(res.stdout))
+    if res.ok and out is not None and out.result.get("completed"):
+        return run(ok=True, result=out.result, nonfinite=out.nonfinite or None)
     why = "timed out" if res.timed_out else f"exit code {res.exit_code}"
-    if figures is not None and not figures.get("completed"):
+    if out is not None and not out.result.get("completed"):
         why = "no request succeeded"
+    elif out is None and res.ok:
+        why = f"no result line in {out_file}"
     return run(ok=False, error=why, tail=REDACTOR.redact(res.tail(15)))
 
 
@@ -331,19 +396,33 @@ def _bench_host(target: ServerTarget, options: BenchOptions, writer: _Writer,
         rec.server = _server_record(st, info if isinstance(info, dict) else None)
         rec.module = benchmark.module_for(rec.server.sglang_version)
         writer.flush()
-        for c in options.concurrency:
-            run = _one_run(host, target, rec.server.sglang_version, options, c)
-            rec.runs.append(run)
-            if not run.ok and not _status(host, target).running:
-                rec.error = (f"the server died during the run at concurrency {c}; "
-                             f"{len(rec.runs) - 1} run(s) measured before it kept")
-            writer.flush()
-            if progress is not None:
-                progress(target.host, c, run)
-            if rec.error:
-                return
+        scratch = _scratch(host)
+        try:
+            _runs(host, target, options, writer, progress, rec, scratch)
+        finally:
+            try:
+                host.run(f"rm -rf {shlex.quote(scratch)}", timeout=30)
+            except OrchestratorError:
+                pass  # the run's own error (or Ctrl-C) is what to report
     finally:
         host.transport.close()
+
+
+def _runs(host: Host, target: ServerTarget, options: BenchOptions, writer: _Writer,
+          progress: Progress | None, rec: HostBench, scratch: str) -> None:
+    """One run per concurrency; stops when the server is found gone."""
+    version = rec.server.sglang_version if rec.server else None
+    for c in options.concurrency:
+        run = _one_run(host, target, version, options, c, scratch)
+        rec.runs.append(run)
+        if not run.ok and not _status(host, target).running:
+            rec.error = (f"the server died during the run at concurrency {c}; "
+                         f"{len(rec.runs) - 1} run(s) measured before it kept")
+        writer.flush()
+        if progress is not None:
+            progress(target.host, c, run)
+        if rec.error:
+            return
 
 
 def run_bench(playbook: str | os.PathLike[str], inventory: str | os.PathLike[str], *,

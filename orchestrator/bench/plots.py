@@ -1,13 +1,20 @@
 """The benchmark plots of a report (matplotlib, Agg backend: no display needed).
 
 throughput.png  output tok/s vs concurrency, one line per configuration
+tradeoff.png    output tok/s (all users) vs per-user tok/s (1000 / median TPOT), one point per
+                concurrency, one line per configuration; where speculation stops paying is
+                ringed on both lines
 speedup.png     each configuration's output tok/s over the baseline's, 1.0 marked
 latency.png     TTFT and ITL, p50 (solid) and p99 (dashed), vs concurrency
 accept.png      accept length per concurrency (speculative configurations)
+
+Legends sit under the axes (never over the data); the value labels of the speedup plot are
+placed by rank at each concurrency (highest above, lowest below, others beside).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,13 +32,17 @@ def _plt() -> Any:
 
 
 def _style(s: Series, i: int) -> dict[str, Any]:
-    base = s.label.split(" @")[0] == "baseline"
+    from orchestrator.bench.report import is_baseline
+
+    base = is_baseline(s)
     return {"color": "black" if base else f"C{i % 10}", "lw": 2.4 if base else 1.6,
             "marker": "s" if base else "o", "ms": 5}
 
 
 def _xaxis(ax: Any, cs: list[int]) -> None:
     ax.set_xscale("log", base=2)
+    if cs:  # every concurrency inside the axes, even one no line of this plot reaches
+        ax.set_xlim(cs[0] / 1.3, cs[-1] * 1.3)
     ax.set_xticks(cs, [str(c) for c in cs])
     ax.minorticks_off()
     ax.set_xlabel("concurrent requests (--max-concurrency)")
@@ -44,11 +55,35 @@ def _line(ax: Any, s: Series, key: str, i: int, **kw: Any) -> None:
         ax.plot(cs, [s.value(c, key) for c in cs], **{**_style(s, i), **kw})
 
 
+def _legend(ax: Any, ncol: int = 2, **kw: Any) -> None:
+    """The legend under the axes: it never covers a line or a label."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+                  ncol=max(1, min(ncol, len(handles))), fontsize=8, frameon=False, **kw)
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     _plt().close(fig)
     return path
+
+
+def stops_paying(spec: Series, base: Series) -> int | None:
+    """The lowest concurrency C measured by both at which the baseline's output tok/s is at
+    least SPEC's there and at every higher concurrency measured by both (None: speculation
+    pays at the highest one)."""
+    both = [c for c in sorted(spec.points) if c in base.points
+            and spec.value(c, "output_throughput") is not None
+            and base.value(c, "output_throughput") is not None]
+    stop = None
+    for c in reversed(both):
+        if (base.value(c, "output_throughput") or 0.0) < (spec.value(c, "output_throughput")
+                                                           or 0.0):
+            break
+        stop = c
+    return stop
 
 
 def throughput(series: list[Series], cs: list[int], out: Path) -> Path:
@@ -60,8 +95,68 @@ def throughput(series: list[Series], cs: list[int], out: Path) -> Path:
     _xaxis(ax, cs)
     ax.set_ylabel("output tokens/s (all requests)")
     ax.set_title("Output throughput vs concurrency")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, out / "throughput.png")
+
+
+def _user_points(s: Series) -> list[tuple[int, float, float]]:
+    """(concurrency, per-user tok/s, output tok/s) of every run that has both."""
+    out = []
+    for c in sorted(s.points):
+        user, total = s.points[c].user_tps, s.value(c, "output_throughput")
+        if user is not None and total is not None:
+            out.append((c, user, total))
+    return out
+
+
+def tradeoff(series: list[Series], base: Series | None, out: Path) -> Path | None:
+    """Output tok/s (all users) vs per-user tok/s, a point per concurrency; the concurrency
+    from which the baseline is at least as fast is ringed on both lines."""
+    pts = {id(s): _user_points(s) for s in series}
+    if not any(pts.values()):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 6))
+    notes = []
+    for i, s in enumerate(series):
+        p = pts[id(s)]
+        if not p:
+            continue
+        ax.plot([x[1] for x in p], [x[2] for x in p], label=s.label, **_style(s, i))
+        below = i % 2 == 1  # alternate sides: labels of neighbouring lines do not meet
+        for c, user, total in p:
+            ax.annotate(f"c={c}", (user, total), textcoords="offset points",
+                        xytext=(11, -15) if below else (-11, 10),
+                        ha="left" if below else "right",
+                        fontsize=7, color=_style(s, i)["color"])
+    for s in series:
+        if base is None or s is base:
+            continue
+        stop = stops_paying(s, base)
+        if stop is None:
+            both = [str(c) for c in sorted(s.points) if c in base.points]
+            notes.append(f"{s.label}: pays at every concurrency both measured "
+                         f"({', '.join(both) or 'none'})")
+            continue
+        for t in (s, base):
+            user, total = t.points[stop].user_tps, t.value(stop, "output_throughput")
+            if user is not None and total is not None:
+                ax.plot([user], [total], "o", ms=16, mfc="none", mec="red", mew=1.6)
+        notes.append(f"{s.label}: stops paying from concurrency {stop} (ringed)")
+    if notes:
+        ax.plot([], [], "o", ms=10, mfc="none", mec="red", mew=1.6,
+                label="where speculation stops paying")
+    ax.set_xlabel("per-user decode speed, tokens/s (1000 / median TPOT)")
+    ax.set_ylabel("output tokens/s (all requests)")
+    ax.grid(alpha=0.3)
+    # from zero, with room for the labels: a small difference must look small
+    ax.set_xlim(0, max(x[1] for p in pts.values() for x in p) * 1.12)
+    ax.set_ylim(0, max(x[2] for p in pts.values() for x in p) * 1.12)
+    title = "Throughput vs per-user speed (one point per concurrency)"
+    wrapped = ["\n".join(textwrap.wrap(n, 100)) for n in notes]
+    ax.set_title("\n".join([title, *wrapped]), fontsize=10)
+    _legend(ax)
+    return _save(fig, out / "tradeoff.png")
 
 
 def speedup(series: list[Series], base: Series, cs: list[int], out: Path) -> Path:
@@ -69,6 +164,7 @@ def speedup(series: list[Series], base: Series, cs: list[int], out: Path) -> Pat
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 5.5))
     ax.axhline(1.0, color="black", lw=1.2, ls="--", label=f"{base.label} (1.0x)")
+    ratios: dict[int, tuple[int, dict[int, float]]] = {}
     for i, s in enumerate(series):
         if s is base:
             continue
@@ -77,13 +173,19 @@ def speedup(series: list[Series], base: Series, cs: list[int], out: Path) -> Pat
         pts = [(c, v / b) for c, v, b in pts if v is not None and b]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=s.label, **_style(s, i))
-            for c, r in pts:
-                ax.annotate(f"{r:.2f}", (c, r), textcoords="offset points", xytext=(0, 6),
-                            ha="center", fontsize=7, color=f"C{i % 10}")
+            ratios[id(s)] = (i, dict(pts))
+    for c in cs:  # at each concurrency: highest label above, lowest below, the rest beside
+        here = sorted((r[1][c], r[0]) for r in ratios.values() if c in r[1])
+        for rank, (r, i) in enumerate(here):
+            pos = ((0, 7), "center", "bottom") if rank == len(here) - 1 else \
+                ((0, -9), "center", "top") if rank == 0 else ((8, 0), "left", "center")
+            ax.annotate(f"{r:.2f}", (c, r), textcoords="offset points", xytext=pos[0],
+                        ha=pos[1], va=pos[2], fontsize=7, color=f"C{i % 10}")
     _xaxis(ax, cs)
+    ax.margins(y=0.15)
     ax.set_ylabel(f"speedup over {base.label} (output tok/s ratio)")
-    ax.set_title("Speculation pays above 1.0")
-    ax.legend(fontsize=8)
+    ax.set_title("Speedup of output throughput over the baseline (speculation pays above 1.0)")
+    _legend(ax)
     return _save(fig, out / "speedup.png")
 
 
@@ -106,7 +208,14 @@ def latency(series: list[Series], cs: list[int], out: Path) -> Path:
             lambda v, _pos: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
     a1.set_title("TTFT p50 (solid) and p99 (dashed)")
     a2.set_title("ITL p50 (solid) and p99 (dashed)")
-    a2.legend(fontsize=7, ncol=1, loc="upper left")
+    thin = sorted({run.thin("p99_ttft_ms") or 0 for s in series for run in s.points.values()}
+                  - {0})
+    if thin:
+        fig.suptitle(f"p99 from {', '.join(map(str, thin))} requests (fewer than 100): a few "
+                     "requests set it, not a tail estimate", fontsize=9, color="#a33", y=1.0)
+    handles, labels = a1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(2, max(1, len(handles))), fontsize=8, frameon=False)
     return _save(fig, out / "latency.png")
 
 
@@ -118,13 +227,19 @@ def accept(series: list[Series], cs: list[int], out: Path) -> Path | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 4.5))
+    missing = set()
     for i, s in spec:
         _line(ax, s, "accept_length", i, label=s.label)
+        missing |= {c for c in s.points if not s.value(c, "accept_length")}
     _xaxis(ax, cs)
-    ax.set_ylim(bottom=1.0)
+    ax.set_ylim(bottom=1.0, top=max(s.value(c, "accept_length") or 0 for _, s in spec
+                                    for c in s.points) * 1.15)
+    for c in sorted(missing):  # the server published none for that run: say so where it goes
+        ax.annotate("none reported", (c, 1.0), textcoords="offset points", xytext=(0, 8),
+                    ha="center", fontsize=8, color="#555", rotation=90, va="bottom")
     ax.set_ylabel("accept length (tokens per verify step)")
     ax.set_title("Accept length reported by the benchmark (server's avg_spec_accept_length)")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, out / "accept.png")
 
 
@@ -134,6 +249,9 @@ def bench_plots(series: list[Series], base: Series | None, out: Path) -> list[Pa
 
     cs = concurrencies(series)
     pngs = [throughput(series, cs, out)]
+    trade = tradeoff(series, base, out)
+    if trade is not None:
+        pngs.append(trade)
     if base is not None and len(series) > 1:
         pngs.append(speedup(series, base, cs, out))
     pngs.append(latency(series, cs, out))

@@ -5,11 +5,17 @@ tune.json names the bench run of every candidate) or a deploy run (runs/<id> wit
 and no bench/: drawn as a Gantt chart, see gantt.py).
 
 Bench plots (matplotlib, Agg backend): output tok/s vs concurrency, one line per configuration;
-speedup over the baseline (the configuration labelled `baseline`, or --baseline); TTFT and ITL
-p50/p99; accept length. The Markdown holds the same figures as tables, and each configuration's
-exact launch arguments and versions: from the server's launch fingerprint recorded by bench,
-and the pin file (deploy.lock.json) of the deploy that started that server, when it is found.
-Every figure is the benchmark's own; the report only divides throughputs for speedups.
+output tok/s vs per-user tok/s (where speculation stops paying ringed); speedup over the
+baseline (the configuration labelled `baseline`, or --baseline); TTFT and ITL p50/p99; accept
+length. The Markdown holds the same figures as tables, and each configuration's exact launch
+arguments and versions: from the server's launch fingerprint recorded by bench, and the pin
+file (deploy.lock.json) of the deploy that started that server, when it is found. Every figure
+is the benchmark's own; the report divides throughputs for speedups and 1000 by the median TPOT
+for per-user tok/s. A percentile from too few requests (p99 from fewer than 100, p95 from fewer
+than 20, p90 from fewer than 10) is marked: the slowest request alone sets it.
+
+The title says what was reported: "Deploy report" (deploy runs only), "Benchmark report",
+"Tune report", or both kinds.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 
 from orchestrator.bench.bench import BenchResults, BenchRun, BenchServer, load_results
 from orchestrator.bench.gantt import draw_gantt
-from orchestrator.bench.tune import TUNE_FILE, TuneState
+from orchestrator.bench.tune import TUNE_FILE, Recommendation, TuneState
 from orchestrator.errors import ConfigError
 from orchestrator.events import new_run_id, utc_now
 from orchestrator.summary import RunSummary
@@ -143,7 +149,7 @@ def write_report(paths: Sequence[str], *, out: str | os.PathLike[str] | None = N
         raise ConfigError("nothing to report: give bench runs, a tune dir or deploy runs")
     out_dir = Path(out) if out else Path(run_dir) / f"report-{new_run_id()}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    series = [s for r in benches for s in series_of(r)]
+    series = _distinct([s for r in benches for s in series_of(r)])
     base = _baseline(series, baseline)
     pngs: list[Path] = []
     if any(s.points for s in series):
@@ -162,7 +168,24 @@ def _baseline(series: list[Series], wanted: str | None) -> Series | None:
             if wanted in (s.run_id, s.label) or Path(s.path).is_relative_to(Path(wanted)):
                 return s
         raise ConfigError(f"--baseline {wanted}: not one of the runs reported")
-    return next((s for s in series if s.label.split(" @")[0] == "baseline"), None)
+    return next((s for s in series if is_baseline(s)), None)
+
+
+def is_baseline(s: Series) -> bool:
+    """The configuration without speculation (its label, less host and run suffixes)."""
+    return s.label.split(" @")[0].split(" [run ")[0] == "baseline"
+
+
+def _distinct(series: list[Series]) -> list[Series]:
+    """Two series with one label (the same setting benched twice) get their run id in it: a
+    legend must tell its lines apart."""
+    seen: dict[str, int] = {}
+    for s in series:
+        seen[s.label] = seen.get(s.label, 0) + 1
+    for s in series:
+        if seen[s.label] > 1:
+            s.label = f"{s.label} [run {s.run_id}]"
+    return series
 
 
 def concurrencies(series: list[Series]) -> list[int]:
@@ -195,19 +218,57 @@ def throughput_table(series: list[Series], base: Series | None) -> str:
     return "\n".join(lines)
 
 
+def user_table(series: list[Series]) -> str:
+    """Markdown table: per-user tok/s (1000 / median TPOT) per concurrency."""
+    head = ["concurrency", *[s.label for s in series]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in concurrencies(series):
+        cells = [str(c)]
+        for s in series:
+            run = s.points.get(c)
+            v = run.user_tps if run is not None else None
+            cells.append("-" if v is None else f"{v:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: a run's columns in a configuration's table: (results key, heading); percentiles are marked
+#: when too few requests stand behind them
+LATENCY_COLUMNS = (("output_throughput", "tok/s"), ("user_tps", "user tok/s"),
+                   ("median_ttft_ms", "TTFT p50 ms"), ("p99_ttft_ms", "TTFT p99 ms"),
+                   ("median_tpot_ms", "TPOT p50 ms"), ("p99_tpot_ms", "TPOT p99 ms"),
+                   ("median_itl_ms", "ITL p50 ms"), ("p99_itl_ms", "ITL p99 ms"),
+                   ("accept_length", "accept length"), ("completed", "requests"),
+                   ("duration", "duration s"))
+THIN = "†"
+
+
 def _latency_table(s: Series) -> list[str]:
-    keys = [("output_throughput", "tok/s"), ("median_ttft_ms", "TTFT p50 ms"),
-            ("p99_ttft_ms", "TTFT p99 ms"), ("median_itl_ms", "ITL p50 ms"),
-            ("p99_itl_ms", "ITL p99 ms"), ("accept_length", "accept length"),
-            ("completed", "requests"), ("duration_s", "duration s")]
+    keys = LATENCY_COLUMNS
     lines = ["| concurrency | " + " | ".join(k[1] for k in keys) + " |",
              "|" + "---|" * (len(keys) + 1)]
+    thin: dict[int, int] = {}
     for c in sorted(s.points):
-        vals = []
+        run, vals = s.points[c], []
         for key, _ in keys:
-            v = s.value(c, key)
-            vals.append("-" if v is None else (f"{v:.0f}" if key == "completed" else f"{v:.2f}"))
+            v = run.user_tps if key == "user_tps" else s.value(c, key)
+            cell = "-" if v is None else (f"{v:.0f}" if key == "completed" else f"{v:.2f}")
+            few = run.thin(key)
+            if v is not None and few is not None:
+                cell += f" {THIN}"
+                thin[c] = few
+            vals.append(cell)
         lines.append(f"| {c} | " + " | ".join(vals) + " |")
+    if thin:
+        lines += ["", f"{THIN} p99 from fewer than 100 requests (" + ", ".join(
+            f"{n} at concurrency {c}" for c, n in sorted(thin.items())) + "): a few requests "
+            "(or one) set it, not a tail estimate; run more (--num-prompts) for one."]
+    odd = sorted({f"{k}={v}" for r in s.points.values() for k, v in (r.nonfinite or {}).items()})
+    if odd:
+        why = (" (request_rate=inf is SGLang's default: every request sent at once, "
+               "`--max-concurrency` alone paces them)" if "request_rate=inf" in odd else "")
+        lines += ["", "Written by SGLang as Infinity/NaN, null in results.json: "
+                  + ", ".join(odd) + why + "."]
     return lines
 
 
@@ -237,26 +298,53 @@ def _config_section(s: Series) -> list[str]:
     return lines + [""]
 
 
+def _choice_words(rec: Recommendation) -> str:
+    """Which load the override was chosen for, and what was chosen."""
+    target = rec.target.describe()
+    if rec.target.concurrency is None and rec.target.min_user_tps is None:
+        target = "the lowest concurrency measured (tune --for-concurrency N for another load)"
+    if rec.choice is None:
+        return f"Override: none; no setting meets the target ({target})."
+    return (f"Override tuned for {target}: `{rec.choice}` at concurrency "
+            f"{rec.choice_concurrency}.")
+
+
 def _tune_section(tunes: list[tuple[Path, TuneState]]) -> list[str]:
     lines: list[str] = []
     for tune_dir, t in tunes:
         rec = t.recommendation
         lines += ["## Tune: best setting per concurrency", "",
                   f"Tune dir `{tune_dir}`; override file `{rec and rec.override_file}`.", "",
-                  "| concurrency | best | tok/s | vs baseline |", "|---|---|---|---|"]
+                  "| concurrency | best | tok/s | vs baseline | user tok/s |",
+                  "|---|---|---|---|---|"]
         for row in rec.per_concurrency if rec else []:
+            user = f"{row.user_tps:.1f}" if row.user_tps else "-"
             lines.append(f"| {row.concurrency} | {row.best} | "
-                         f"{row.output_throughput:.1f} | {row.speedup or '-'} |")
+                         f"{row.output_throughput:.1f} | {row.speedup or '-'} | {user} |")
         lines += ["", rec.summary if rec else "", ""]
+        if rec is not None:
+            lines += [_choice_words(rec), ""]
     return lines
+
+
+def title(series: list[Series], deploys: list[Path], tunes: list[tuple[Path, TuneState]]) -> str:
+    """What the report is of: a deploy report is not called a benchmark report."""
+    kinds = ["Tune" if tunes else "Benchmark"] if series or tunes else []
+    if deploys:
+        kinds.append("deploy" if kinds else "Deploy")
+    return " and ".join(kinds) + " report"
 
 
 def _markdown(series: list[Series], base: Series | None, table: str, pngs: list[Path],
               deploys: list[Path], tunes: list[tuple[Path, TuneState]], out_dir: Path) -> str:
-    lines = ["# Benchmark report", "", f"Generated {utc_now()} by `orchestrator report`.", ""]
+    lines = [f"# {title(series, deploys, tunes)}", "",
+             f"Generated {utc_now()} by `orchestrator report`.", ""]
     if series:
         lines += ["## Output throughput (tok/s), speedup vs "
                   + (f"`{base.label}`" if base else "(no baseline run)"), "", table, ""]
+        lines += ["## Per-user decode speed (tok/s = 1000 / median TPOT)", "",
+                  "What one request sees while the others run; the tradeoff plot sets it "
+                  "against the total above.", "", user_table(series), ""]
     lines += _tune_section(tunes)
     for png in pngs:
         lines += [f"![{png.stem}]({os.path.relpath(png, out_dir)})", ""]

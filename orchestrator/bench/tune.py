@@ -25,10 +25,15 @@ preflight waits for the venv and checkpoints (a dry run installs nothing), so th
 deployed after the first are screened again just before their own deploy; a deploy the
 preflight refuses is recorded `refused` too, not `failed`.
 
-At the end: the best candidate per concurrency (highest output tok/s), where speculation stops
-paying (the lowest concurrency from which `off` is best at every higher one measured), an
-override file (TUNE_DIR/speculative-override.yaml, for `deploy --vars-file`) with the setting
-best at the lowest concurrency measured, and the report (TUNE_DIR/report/).
+At the end: the best candidate per concurrency (highest output tok/s, with its per-user tok/s,
+1000 / median TPOT), where speculation stops paying (the lowest concurrency from which `off` is
+best at every higher one measured), an override file (TUNE_DIR/speculative-override.yaml, for
+`deploy --vars-file`) with the setting chosen for the load it names, and the report
+(TUNE_DIR/report/). The load (`Target`): `--for-concurrency N` (the setting best at N, which must
+be one of the concurrencies measured), `--min-user-tps X` (the setting and concurrency with the
+highest output tok/s whose per-user tok/s is at least X; with N: at N), or by default the lowest
+concurrency measured. A tune dir measured once can be re-targeted: run tune again with another
+target, nothing is measured twice.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.bench.bench import BenchOptions, Progress, run_bench, spec_label
+from orchestrator.bench.bench import BenchOptions, Progress, dumps, run_bench, spec_label
 from orchestrator.config import load_all
 from orchestrator.config.variables import host_variables
 from orchestrator.deploy import DeployOutcome, deploy
@@ -182,6 +187,24 @@ class BestAt:
     output_throughput: float
     speedup: float | None = None
     off: float | None = None
+    #: the best candidate's per-user tok/s there (1000 / median TPOT)
+    user_tps: float | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """The load the override is chosen for: a concurrency, a per-user tok/s floor, or both
+    (neither: the lowest concurrency measured)."""
+
+    concurrency: int | None = None
+    min_user_tps: float | None = None
+
+    def describe(self) -> str:
+        """In words, for the override file and the summary."""
+        parts = [f"concurrency {self.concurrency}"] if self.concurrency else []
+        if self.min_user_tps is not None:
+            parts.append(f"at least {self.min_user_tps:g} tok/s per user")
+        return ", ".join(parts) or "the lowest concurrency measured"
 
 
 @dataclass(frozen=True)
@@ -194,8 +217,16 @@ class Recommendation:
     best_low: str | None
     best_low_settings: Candidate | None
     summary: str
-    #: best_low's setting as a vars file (deploy --vars-file)
+    #: the override's setting as a vars file (deploy --vars-file)
     override_file: str | None = None
+    #: the load asked for, and the candidate chosen for it (its setting, the concurrency it was
+    #: measured at, its output and per-user tok/s there); None: no candidate meets the target
+    target: Target = field(default_factory=Target)
+    choice: str | None = None
+    choice_settings: Candidate | None = None
+    choice_concurrency: int | None = None
+    choice_output_tps: float | None = None
+    choice_user_tps: float | None = None
 
 
 @dataclass
@@ -233,7 +264,7 @@ class TuneResult:
 
 def _save(tune_dir: Path, state: TuneState) -> None:
     tmp = tune_dir / (TUNE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state.to_json(), indent=1, sort_keys=True, default=str) + "\n")
+    tmp.write_text(dumps(state.to_json()) + "\n")
     os.replace(tmp, tune_dir / TUNE_FILE)
 
 
@@ -322,11 +353,19 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
              run_dir: str | os.PathLike[str] = "runs", grid_path: str | None = None,
              out: str | os.PathLike[str] | None = None,
              say: Callable[[str], None] = lambda m: None,
-             progress: Progress | None = None) -> TuneResult:
-    """Measure every candidate not yet measured in the tune dir, then recommend and report."""
+             progress: Progress | None = None, target: Target | None = None) -> TuneResult:
+    """Measure every candidate not yet measured in the tune dir, then recommend (for `target`)
+    and report."""
     cli_vars = dict(cli_vars or {})
     options = options or BenchOptions()
     options.check()
+    target = target or Target()
+    if target.concurrency is not None and target.concurrency not in options.concurrency:
+        raise ConfigError(f"--for-concurrency {target.concurrency}: not one of the concurrencies "
+                          f"measured ({','.join(map(str, options.concurrency))}); add it to "
+                          "--concurrency")
+    if target.min_user_tps is not None and target.min_user_tps <= 0:
+        raise ConfigError("--min-user-tps: a positive number of tokens/s")
     cands = candidates_from(_grid_spec(playbook, inventory, cli_vars, limit, grid_path))
     tune_dir = Path(out) if out else Path(run_dir) / f"tune-{Path(playbook).stem}"
     tune_dir.mkdir(parents=True, exist_ok=True)
@@ -351,7 +390,7 @@ def run_tune(playbook: str, inventory: str, *, cli_vars: dict[str, Any] | None =
             continue
         _measure(c, entry, ctx, say)
         _save(tune_dir, state)
-    return _finish(tune_dir, state, cands, run_dir)
+    return _finish(tune_dir, state, cands, run_dir, target)
 
 
 def _greedy_of(run_dir: str | os.PathLike[str], off: TuneEntry | None) -> dict[str, str] | None:
@@ -372,14 +411,15 @@ def _greedy_of(run_dir: str | os.PathLike[str], off: TuneEntry | None) -> dict[s
 
 
 def _finish(tune_dir: Path, state: TuneState, cands: list[Candidate],
-            run_dir: str | os.PathLike[str]) -> TuneResult:
+            run_dir: str | os.PathLike[str], target: Target) -> TuneResult:
     from orchestrator.bench.recommend import recommend, summary_lines, write_override
     from orchestrator.bench.report import write_report
 
     keys = {c.key for c in cands}
     entries = [e for e in state.candidates.values() if e.key in keys]
-    rec = recommend([e for e in entries if e.status == "measured"])
-    if rec.best_low is not None:
+    rec = recommend([e for e in entries if e.status == "measured"], target)
+    (tune_dir / OVERRIDE_FILE).unlink(missing_ok=True)  # never one chosen for another target
+    if rec.choice is not None:
         greedy = _greedy_of(run_dir, state.candidates.get("off"))
         rec = replace(rec, override_file=str(write_override(tune_dir / OVERRIDE_FILE, rec,
                                                             greedy)))

@@ -5,6 +5,7 @@
                        [--limit H] [--label NAME]
     orchestrator report RUN... [-o DIR] [--baseline RUN]
     orchestrator tune PLAYBOOK -i INV [--grid FILE] [--concurrency ...] [--out DIR]
+                      [--for-concurrency N] [--min-user-tps X]
 
 Exit codes: 0 every run measured; 1 a run failed (the runs measured are kept); 2 bad input;
 3 a host could not be reached.
@@ -71,8 +72,10 @@ def add_subcommands(sub: Any) -> None:
     report = sub.add_parser(
         "report", help="Markdown + PNG plots from bench, tune or deploy runs",
         description="RUN is a run dir (runs/<id>), a results.json or a tune dir. Bench runs: "
-        "throughput, speedup, TTFT/ITL, accept length, a table and each configuration's launch "
-        "arguments. Deploy runs: the stage timeline per host (Gantt chart).")
+        "throughput, throughput vs per-user tok/s (where speculation stops paying marked), "
+        "speedup, TTFT/ITL, accept length, tables (thin percentiles marked) and each "
+        "configuration's launch arguments. Deploy runs: the stage timeline per host (Gantt "
+        "chart).")
     report.add_argument("runs", nargs="+", metavar="RUN")
     report.add_argument("-o", "--out", default=None,
                         help="output dir (default: RUN_DIR/report-<time>)")
@@ -90,6 +93,13 @@ def add_subcommands(sub: Any) -> None:
     tune.add_argument("--grid", help="YAML file with a `tune:` mapping (default: the playbook "
                       "variable `tune`)")
     tune.add_argument("--out", help="tune dir (default RUN_DIR/tune-<playbook name>)")
+    tune.add_argument("--for-concurrency", type=int, metavar="N",
+                      help="write the override for this load: the setting best at concurrency "
+                      "N (one of --concurrency; default: the lowest measured)")
+    tune.add_argument("--min-user-tps", type=float, metavar="X",
+                      help="the override is the setting (and concurrency) with the most output "
+                      "tok/s whose per-user tok/s (1000 / median TPOT) is at least X; with "
+                      "--for-concurrency, at that concurrency")
     tune.set_defaults(func=cmd_tune)
 
 
@@ -162,13 +172,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     need_matplotlib("tune")
-    from orchestrator.bench.tune import run_tune
+    from orchestrator.bench.tune import Target, run_tune
     from orchestrator.config import parse_cli_vars
 
     if args.grid is not None and not os.path.isfile(args.grid):
         raise ConfigError(f"--grid {args.grid}: no such file")
     res = run_tune(args.playbook, args.inventory, cli_vars=parse_cli_vars(args.var),
                    limit=args.limit, options=_options(args), run_dir=args.run_dir,
-                   grid_path=args.grid, out=args.out, say=lambda m: print(m, flush=True))
+                   grid_path=args.grid, out=args.out, say=lambda m: print(m, flush=True),
+                   target=Target(args.for_concurrency, args.min_user_tps))
     print(res.summary_text)
     return res.exit_code

@@ -1,4 +1,4 @@
-"""SGLang's own online serving benchmark: which module, which flags, how to read its result block.
+"""SGLang's own online serving benchmark: which module, which flags, how to read its result.
 
 Read from the real source of 0.5.9 - 0.5.23 (paths under sglang/):
 
@@ -16,58 +16,74 @@ Read from the real source of 0.5.9 - 0.5.23 (paths under sglang/):
   2389, 2394, 2412/2418, 2424, 2478, 2490, 2510, 2697, 2708).
 - `--flush-cache` flushes AFTER the warmup and before the measured requests (0.5.9
   bench_serving.py:2417-2421; 0.5.23 benchmark/serving.py:1516-1525); the server's cumulative
-  accept length restarts there, so "Accept length" covers the measured requests only.
+  accept length restarts there, so "accept_length" covers the measured requests only.
 - Auth: env OPENAI_API_KEY gives `Authorization: Bearer KEY` (get_auth_headers, 0.5.9
   bench_serving.py:124-132; 0.5.23 benchmark/serving.py:131-139).
-- Result block: a `" Serving Benchmark Result "` banner centred in 50 '=' and lines formatted
-  `"{:<40} {:<10}"` / `"{:<40} {:<10.2f}"` (label, value), closed by 50 '=' (0.5.9
-  bench_serving.py:2568-2661; 0.5.12 :1471-1573; 0.5.15 benchmark/serving.py:1547-1709; 0.5.19
-  :1623-1785; 0.5.20 :1624-1786; 0.5.23 :1681-1845). The labels read here are printed by all of
-  them: "Successful requests:", "Benchmark duration (s):", "Total input tokens:", "Total
-  generated tokens:", "Request throughput (req/s):", "Output token throughput (tok/s):",
-  "Concurrency:", "Mean/Median/P99 TTFT (ms):", "Mean/Median/P99 ITL (ms):", "Median E2E Latency
-  (ms):" (0.5.9 :2569-2660; 0.5.23 :1682-1792). "Accept length:" is printed only when /server_info's
-  internal_states[0].avg_spec_accept_length is truthy (0.5.9 :2628-2629; 0.5.23 :1747-1748).
+- The result is read from the JSON line every release appends to `--output-file` (open(...,
+  "a"), `json.dumps(result)` + "\\n"): the `result` dict, then the write, per release:
+  0.5.9 bench_serving.py:2671-2718, 2751-2756; 0.5.10 :1549-1596, 1629-1634; 0.5.12 :1583-1630,
+  1663-1668; 0.5.15 benchmark/serving.py:1719-1772, 1822-1827; 0.5.19 :1795-1848, 1898-1903;
+  0.5.20 :1796-1849, 1899-1904; 0.5.21 and 0.5.22 :1842-1895, 1945-1950; 0.5.23 :1855-1908,
+  1961-1966. Its keys: RESULT_KEYS (43, every release) and ADDED_0_5_15 (6 more percentiles
+  from 0.5.15). The printed banner is not read: every supported release writes the file, and
+  the file has figures the banner rounds to 2 decimals or does not print. "Max ITL" is printed
+  but not in the file (0.5.9 :2660 vs the dict; 0.5.23 :1792).
+- The line is not strict JSON: `--request-rate` defaults to float("inf") (0.5.9 :3131-3133;
+  0.5.23 :2466-2468) and json.dumps writes `Infinity`; with no request completed the E2E figures
+  are np.mean/np.percentile of [] = NaN (0.5.9 :2248-2252; 0.5.23 :1299-1304). read_output turns
+  every non-finite number into None and says which it was (`nonfinite`).
+- `server_info` (the whole /server_info answer) is left out: in 0.5.9 it is
+  dataclasses.asdict(server_args) (srt/entrypoints/http_server.py:605-610), the API key
+  included; bench records the server's settings itself.
+- TPOT is per request, (latency - ttft) / (output_len - 1) for output_len > 1 (0.5.9 :2125-2126;
+  0.5.23 :1171-1172); median_tpot_ms is np.median of those (0.5.9 :2239; 0.5.23 :1287). A
+  user's decode speed is 1000 / median_tpot_ms tokens/s (user_tps). Percentiles are
+  np.percentile over the completed requests (TTFT, TPOT, E2E) or over every streamed chunk gap
+  of them (ITL): `completed` says how many requests stand behind them.
+- "accept_length" is /server_info's internal_states[0].avg_spec_accept_length, None when the
+  server reports none (0.5.9 :2534-2554; 0.5.23 :1642-1662).
 - When the server is gone at the end of the run, the client's `requests.get(base_url +
   "/server_info")` (no exception handling: 0.5.9 bench_serving.py:2534-2536; 0.5.23
-  benchmark/serving.py:1642-1645) raises before the block is printed: no block, exit 1.
+  benchmark/serving.py:1642-1645) raises before anything is written: no line, exit 1.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.sglang.flags import at_least
 
-BANNER = " Serving Benchmark Result "
-#: result-block label -> results.json key (every one printed by 0.5.9 - 0.5.23, see above)
-LABELS: dict[str, str] = {
-    "Backend:": "backend",
-    "Max request concurrency:": "max_concurrency",
-    "Successful requests:": "completed",
-    "Benchmark duration (s):": "duration_s",
-    "Total input tokens:": "total_input_tokens",
-    "Total generated tokens:": "total_output_tokens",
-    "Request throughput (req/s):": "request_throughput",
-    "Input token throughput (tok/s):": "input_throughput",
-    "Output token throughput (tok/s):": "output_throughput",
-    "Total token throughput (tok/s):": "total_throughput",
-    "Concurrency:": "concurrency",
-    "Accept length:": "accept_length",
-    "Mean E2E Latency (ms):": "mean_e2e_latency_ms",
-    "Median E2E Latency (ms):": "median_e2e_latency_ms",
-    "Mean TTFT (ms):": "mean_ttft_ms",
-    "Median TTFT (ms):": "median_ttft_ms",
-    "P99 TTFT (ms):": "p99_ttft_ms",
-    "Mean ITL (ms):": "mean_itl_ms",
-    "Median ITL (ms):": "median_itl_ms",
-    "P95 ITL (ms):": "p95_itl_ms",
-    "P99 ITL (ms):": "p99_itl_ms",
-    "Max ITL (ms):": "max_itl_ms",
-}
-_LINE = re.compile(r"^(?P<label>[A-Za-z0-9 ()/.,_-]+:)\s+(?P<value>\S.*?)\s*$")
+#: the keys of the --output-file line in every release, in its order (0.5.9 bench_serving.py:
+#: 2671-2718 = 0.5.10 :1549-1596 = 0.5.12 :1583-1630)
+RESULT_KEYS: tuple[str, ...] = (
+    "tag", "backend", "dataset_name", "request_rate", "max_concurrency", "sharegpt_output_len",
+    "random_input_len", "random_output_len", "random_range_ratio", "server_info", "duration",
+    "completed", "total_input_tokens", "total_input_text_tokens", "total_input_vision_tokens",
+    "total_output_tokens", "total_output_tokens_retokenized", "request_throughput",
+    "input_throughput", "output_throughput", "total_throughput", "mean_e2e_latency_ms",
+    "median_e2e_latency_ms", "std_e2e_latency_ms", "p90_e2e_latency_ms", "p99_e2e_latency_ms",
+    "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+    "median_tpot_ms", "std_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms",
+    "std_itl_ms", "p95_itl_ms", "p99_itl_ms", "concurrency", "accept_length",
+    "max_output_tokens_per_s", "max_concurrent_requests",
+)
+#: added from 0.5.15 (benchmark/serving.py:1748, 1753-1754, 1759-1760, 1765 in 0.5.15; the same
+#: dict through 0.5.23 :1855-1908)
+ADDED_0_5_15: tuple[str, ...] = ("p95_e2e_latency_ms", "p90_ttft_ms", "p95_ttft_ms",
+                                 "p90_tpot_ms", "p95_tpot_ms", "p90_itl_ms")
+#: keys of the line not kept in results.json (see the module docstring)
+DROPPED = ("server_info",)
+#: a pXX figure is flagged when fewer requests than this stand behind it: with fewer than
+#: 100/(100-XX) of them, the single slowest request sets it
+MIN_REQUESTS = {"p90": 10, "p95": 20, "p99": 100}
+
+
+def result_keys(version: str | None) -> tuple[str, ...]:
+    """The keys of a release's --output-file line."""
+    return RESULT_KEYS + (ADDED_0_5_15 if at_least(version, 0, 5, 15) else ())
 
 
 def module_for(version: str | None) -> str:
@@ -78,7 +94,7 @@ def module_for(version: str | None) -> str:
 
 @dataclass(frozen=True)
 class BenchSpec:
-    """One benchmark run: the workload at one concurrency."""
+    """One benchmark run: the workload at one concurrency, and where its result line goes."""
 
     base_url: str
     concurrency: int
@@ -89,6 +105,8 @@ class BenchSpec:
     dataset_path: str | None = None
     model: str | None = None
     tokenizer: str | None = None
+    #: the --output-file on the host (a fresh path: the benchmark appends to it)
+    output_file: str | None = None
 
 
 def bench_argv(python: str, version: str | None, spec: BenchSpec) -> list[str]:
@@ -103,6 +121,8 @@ def bench_argv(python: str, version: str | None, spec: BenchSpec) -> list[str]:
             "--random-input-len", str(spec.input_len),
             "--random-output-len", str(spec.output_len), "--random-range-ratio", "1",
             "--flush-cache", "--disable-tqdm"]
+    if spec.output_file:
+        argv += ["--output-file", spec.output_file]
     if spec.dataset_path:
         argv += ["--dataset-path", spec.dataset_path]
     if spec.dataset == "sharegpt":
@@ -114,48 +134,55 @@ def bench_argv(python: str, version: str | None, spec: BenchSpec) -> list[str]:
     return argv
 
 
-def _number(text: str) -> Any:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+@dataclass(frozen=True)
+class Output:
+    """The benchmark's result line, made strict: every key but DROPPED, non-finite numbers as
+    None with their text in `nonfinite` ({"request_rate": "inf"})."""
+
+    result: dict[str, Any]
+    nonfinite: dict[str, str] = field(default_factory=dict)
 
 
-def result_block(stdout: str) -> list[str] | None:
-    """The lines of the result block (banner to the closing '=' line), or None if absent."""
-    lines = stdout.splitlines()
-    for i, line in enumerate(lines):
-        if BANNER in line and line.strip().startswith("="):
-            block = [line]
-            for rest in lines[i + 1:]:
-                block.append(rest)
-                if rest.strip() and set(rest.strip()) == {"="}:
-                    return block
-            return block
+def _finite(value: Any, path: str, notes: dict[str, str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        notes[path] = str(value)
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{path}.{k}", notes) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v, f"{path}[{i}]", notes) for i, v in enumerate(value)]
+    return value
+
+
+def read_output(text: str | None) -> Output | None:
+    """The last JSON line of an --output-file (SGLang appends one per run), or None when there
+    is none (the run ended before writing it)."""
+    for line in reversed((text or "").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)  # Python's json reads SGLang's Infinity / NaN
+        except ValueError:
+            return None
+        if not isinstance(doc, dict):
+            return None
+        notes: dict[str, str] = {}
+        result = {k: _finite(v, k, notes) for k, v in doc.items() if k not in DROPPED}
+        return Output(result, notes)
     return None
 
 
-def parse_result(stdout: str) -> dict[str, Any] | None:
-    """The figures of the result block, keyed as in LABELS (unknown labels under `other`)."""
-    block = result_block(stdout)
-    if block is None:
+def user_tps(median_tpot_ms: Any) -> float | None:
+    """One user's decode speed, tokens/s: 1000 / the median TPOT in ms (None without one)."""
+    if isinstance(median_tpot_ms, (int, float)) and median_tpot_ms > 0:
+        return 1000.0 / float(median_tpot_ms)
+    return None
+
+
+def thin_percentile(key: str, completed: Any) -> int | None:
+    """The number of requests behind a percentile figure (p90/p95/p99_*) when it is too few for
+    that percentile to mean more than the slowest request; else None."""
+    need = MIN_REQUESTS.get(key.split("_", 1)[0])
+    if need is None or not isinstance(completed, int):
         return None
-    out: dict[str, Any] = {}
-    other: dict[str, Any] = {}
-    for line in block[1:]:
-        m = _LINE.match(line)
-        if not m:
-            continue
-        label, value = m.group("label"), _number(m.group("value"))
-        if label in LABELS:
-            out[LABELS[label]] = value
-        else:
-            other[label.rstrip(":")] = value
-    out["accept_length"] = out.get("accept_length")  # absent line: no accept length reported
-    if other:
-        out["other"] = other
-    return out
+    return completed if completed < need else None

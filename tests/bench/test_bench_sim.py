@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,11 @@ import pytest
 import yaml
 
 from orchestrator.bench.bench import BenchOptions, load_results, run_bench
+from orchestrator.bench.recommend import recommend
 from orchestrator.bench.report import write_report
-from orchestrator.bench.tune import run_tune
+from orchestrator.bench.tune import Target, run_tune
 from orchestrator.deploy import deploy
+from orchestrator.errors import ConfigError
 from orchestrator_sim.fleet import SimFleet
 from orchestrator_sim.hubrepos import EAGLE3_MLA_REPO
 from tests.sim.conftest import assert_nothing_left
@@ -81,7 +84,8 @@ def tuned(fleet: SimFleet, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         run_tune(PLAYBOOK, str(fleet.inventory_path), say=first, **kw)
     second = Interrupt(at=None)
     result = run_tune(PLAYBOOK, str(fleet.inventory_path), say=second, **kw)
-    return {"first": first.lines, "second": second.lines, "result": result, "base": base}
+    return {"first": first.lines, "second": second.lines, "result": result, "base": base,
+            "kw": kw}
 
 
 def test_tune_resumes_then_picks_speculation_at_1_and_off_under_load(tuned: dict) -> None:
@@ -107,10 +111,43 @@ def test_tune_resumes_then_picks_speculation_at_1_and_off_under_load(tuned: dict
                           "summary.json").read_text())
     stages = summary["hosts"]["gpu-1"]["stages"]
     assert (stages["server"]["status"], stages["ready"]["status"]) == ("changed", "changed")
+    assert "tuned for concurrency 1 (the lowest measured)" in override
     report = (tuned["base"] / "tune" / "report" / "report.md").read_text()
+    assert report.startswith("# Tune report")
     assert "speculation stops paying from concurrency 32" in report
-    for name in ("throughput", "speedup", "latency", "accept"):
+    assert "## Per-user decode speed" in report and "p99 from fewer than 100 requests" in report
+    for name in ("throughput", "tradeoff", "speedup", "latency", "accept"):
         assert (tuned["base"] / "tune" / "report" / f"{name}.png").read_bytes()[:8] == PNG
+
+
+def test_tune_for_concurrency_32_writes_the_setting_best_at_32(fleet: SimFleet, tuned: dict,
+                                                              tmp_path: Path) -> None:
+    # the measured tune dir, re-targeted: nothing is deployed or measured again
+    shutil.copytree(tuned["base"] / "tune", tmp_path / "tune")
+    kw = {**tuned["kw"], "out": tmp_path / "tune"}
+    with pytest.raises(ConfigError, match="--for-concurrency 8: not one of"):
+        run_tune(PLAYBOOK, str(fleet.inventory_path), target=Target(8), **kw)
+    said: list[str] = []
+    result = run_tune(PLAYBOOK, str(fleet.inventory_path), target=Target(32), say=said.append,
+                      **kw)
+    assert not [m for m in said if "deploying" in m] and result.exit_code == 0
+    rec = result.data.recommendation
+    rows = {r.concurrency: r for r in rec.per_concurrency}
+    assert (rec.choice, rec.choice_concurrency) == (rows[32].best, 32)
+    assert rec.choice_output_tps >= rows[32].off  # not worse than the baseline at 32
+    assert rec.choice == "off" and rec.best_low == WIDE  # the stand-in: `off` best at 32
+    text = Path(rec.override_file).read_text()
+    assert "# Written by `orchestrator tune`: tuned for concurrency 32." in text
+    assert yaml.safe_load(text)["speculative"] == {"algorithm": None}
+    assert "Override tuned for concurrency 32: `off`" in (tmp_path / "tune" / "report" /
+                                                         "report.md").read_text()
+    # the SLO form: the most output tok/s while every user decodes at least X tok/s
+    entries = [e for e in result.data.candidates.values() if e.status == "measured"]
+    fast = recommend(entries, Target(min_user_tps=rows[1].user_tps * 0.99))
+    assert (fast.choice, fast.choice_concurrency) == (WIDE, 1)  # only speculation is that fast
+    slow = recommend(entries, Target(min_user_tps=1.0))
+    assert (slow.choice, slow.choice_concurrency) == (rows[32].best, 32)
+    assert recommend(entries, Target(32, min_user_tps=1e6)).choice is None
 
 
 def test_bench_records_the_benchmarks_figures_and_the_server(fleet: SimFleet, tuned: dict,
@@ -131,7 +168,12 @@ def test_bench_records_the_benchmarks_figures_and_the_server(fleet: SimFleet, tu
     assert h.server.fingerprint == fp["fingerprint"]
     one = h.runs[0]
     assert one.num_prompts == 8 and one.result["completed"] == 8
-    assert "Serving Benchmark Result" in one.lines[0]
+    # read from the benchmark's --output-file line, whose default --request-rate inf is
+    # Infinity there: null in results.json, which a strict parser reads
+    assert one.nonfinite == {"request_rate": "inf"} and one.result["request_rate"] is None
+    assert "server_info" not in one.result and one.result["p95_ttft_ms"] > 0
+    json.loads(out.results_path.read_text(), parse_constant=_refuse)
+    assert one.user_tps == pytest.approx(1000 / one.result["median_tpot_ms"])
     assert 2.8 <= one.result["accept_length"] <= 3.1
     assert 26.3 * 1.6 <= one.result["output_throughput"] <= 26.3 * 1.95
 
@@ -141,7 +183,13 @@ def test_bench_records_the_benchmarks_figures_and_the_server(fleet: SimFleet, tu
     wide = tuned["result"].data.candidates[WIDE]
     assert f"(deploy run `{wide.deploy_run}`)" in md  # the pin of the deploy that started it
     assert "sglang==0.5.23" in md
-    assert [p.name for p in rep.pngs] == ["throughput.png", "latency.png", "accept.png"]
+    assert [p.name for p in rep.pngs] == ["throughput.png", "tradeoff.png", "latency.png",
+                                          "accept.png"]
+    assert md.startswith("# Benchmark report")
+
+
+def _refuse(name: str) -> None:
+    raise ValueError(f"not strict JSON: {name}")
 
 
 def test_bench_against_a_server_that_dies_midway_keeps_what_it_measured(

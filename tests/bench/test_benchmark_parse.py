@@ -1,55 +1,63 @@
-"""SGLang's benchmark as the product drives and reads it: module per release, argv, result block.
+"""SGLang's benchmark as the product drives and reads it: module per release, argv, the result
+line it appends to --output-file.
 
-The block below is printed with the exact format strings of sglang 0.5.23
-benchmark/serving.py:1681-1845 (and the same labels of 0.5.9 bench_serving.py:2568-2661).
+The line below is what sglang 0.5.23 benchmark/serving.py:1855-1908, 1961-1966 writes (the keys of
+0.5.9 bench_serving.py:2671-2718 plus six percentiles), through json.dumps: the default
+--request-rate inf is `Infinity`, E2E figures of a run without a completed request are `NaN`.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from orchestrator.sglang.benchmark import BenchSpec, bench_argv, module_for, parse_result
+from orchestrator.sglang.benchmark import (
+    ADDED_0_5_15,
+    RESULT_KEYS,
+    BenchSpec,
+    bench_argv,
+    module_for,
+    read_output,
+    result_keys,
+    thin_percentile,
+    user_tps,
+)
 
 
-def _block(accept: float | None) -> str:
-    out = ["Starting warmup with 1 sequences...", ""]
-    out.append("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
-    out.append("{:<40} {:<10}".format("Backend:", "sglang"))
-    out.append("{:<40} {:<10}".format("Max request concurrency:", 4))
-    out.append("{:<40} {:<10}".format("Successful requests:", 16))
-    out.append("{:<40} {:<10.2f}".format("Benchmark duration (s):", 12.345))
-    out.append("{:<40} {:<10}".format("Total generated tokens:", 4096))
-    out.append("{:<40} {:<10.2f}".format("Output token throughput (tok/s):", 331.78))
-    out.append("{:<40} {:<10}".format("Peak concurrent requests:", 4))
-    if accept:
-        out.append("{:<40} {:<10.2f}".format("Accept length:", accept))
-    out.append("{s:{c}^{n}}".format(s="Time to First Token", n=50, c="-"))
-    out.append("{:<40} {:<10.2f}".format("Median TTFT (ms):", 83.06))
-    out.append("{:<40} {:<10.2f}".format("P99 TTFT (ms):", 179.5))
-    out.append("{s:{c}^{n}}".format(s="Inter-Token Latency", n=50, c="-"))
-    out.append("{:<40} {:<10.2f}".format("Median ITL (ms):", 60.88))
-    out.append("{:<40} {:<10.2f}".format("P99 ITL (ms):", 107.09))
-    out.append("{:<40} {:.1f}%".format("Cache hit rate:", 12.5))
-    out.append("=" * 50)
-    out.append("Some trailing line: 3")
-    return "\n".join(out) + "\n"
+def _line(**over: object) -> str:
+    doc = {k: 1.5 for k in result_keys("0.5.23")}
+    doc.update(tag=None, backend="sglang", dataset_name="random-ids", request_rate=float("inf"),
+               max_concurrency=4, completed=16, accept_length=2.61, median_tpot_ms=20.0,
+               server_info={"api_key": "sk-secret", "internal_states": [{}]})
+    doc.update(over)
+    return json.dumps(doc)
 
 
-def test_result_block_figures_are_read_by_label() -> None:
-    r = parse_result(_block(2.61))
-    assert r is not None
-    assert (r["completed"], r["output_throughput"], r["accept_length"]) == (16, 331.78, 2.61)
-    assert (r["median_ttft_ms"], r["p99_ttft_ms"], r["median_itl_ms"], r["p99_itl_ms"]) == \
-        (83.06, 179.5, 60.88, 107.09)
-    assert r["max_concurrency"] == 4 and r["duration_s"] == 12.35
-    # labels not mapped are kept, and nothing after the closing line is read
-    assert r["other"] == {"Peak concurrent requests": 4, "Cache hit rate": "12.5%"}
+def test_the_result_line_is_read_whole_and_made_strict() -> None:
+    out = read_output("old run\n" + _line(completed=3) + "\n" + _line() + "\n\n")
+    assert out is not None
+    r = out.result
+    assert (r["completed"], r["accept_length"], r["max_concurrency"]) == (16, 2.61, 4)
+    assert set(r) == set(result_keys("0.5.23")) - {"server_info"}  # the API key stays behind
+    assert r["request_rate"] is None and out.nonfinite == {"request_rate": "inf"}
+    json.loads(json.dumps(r), parse_constant=_refuse)  # strict JSON now
+    nan = read_output(_line(completed=0, mean_e2e_latency_ms=float("nan")))
+    assert nan.nonfinite == {"request_rate": "inf", "mean_e2e_latency_ms": "nan"}
+    assert read_output("") is None and read_output("Traceback ...") is None
 
 
-def test_no_accept_line_means_no_accept_length_and_no_block_means_none() -> None:
-    assert parse_result(_block(None))["accept_length"] is None
-    traceback = "Traceback (most recent call last):\nrequests.exceptions.ConnectionError: x\n"
-    assert parse_result(traceback) is None
+def _refuse(name: str) -> None:
+    raise ValueError(f"not strict JSON: {name}")
+
+
+def test_keys_per_release_and_what_is_derived() -> None:
+    assert len(RESULT_KEYS) == 43 and len(result_keys("0.5.12")) == 43
+    assert result_keys("0.5.15") == RESULT_KEYS + ADDED_0_5_15
+    assert "max_itl_ms" not in result_keys("0.5.23")  # printed, never written
+    assert user_tps(20.0) == 50.0 and user_tps(0.0) is None and user_tps(None) is None
+    assert thin_percentile("p99_ttft_ms", 64) == 64 and thin_percentile("p99_ttft_ms", 100) is None
+    assert thin_percentile("p95_itl_ms", 19) == 19 and thin_percentile("median_ttft_ms", 2) is None
 
 
 @pytest.mark.parametrize(("version", "module"), [
@@ -69,5 +77,9 @@ def test_argv_fixes_the_workload_and_keeps_the_key_off_it() -> None:
     pairs = dict(zip(argv[3::1], argv[4::1], strict=False))
     assert pairs["--max-concurrency"] == "8" and pairs["--num-prompts"] == "32"
     assert pairs["--random-range-ratio"] == "1" and pairs["--dataset-name"] == "random-ids"
-    assert "--flush-cache" in argv and "--tokenizer" in argv
+    assert "--flush-cache" in argv and "--tokenizer" in argv and "--output-file" not in argv
+    argv = bench_argv("/v/bin/python", "0.5.9", BenchSpec(
+        "http://h:1", 1, 8, 16, 16, output_file="/tmp/o/c1.jsonl"))
+    assert argv[2] == "sglang.bench_serving" and argv[argv.index("--output-file") + 1] == \
+        "/tmp/o/c1.jsonl"
     assert not any("key" in a.lower() for a in argv)

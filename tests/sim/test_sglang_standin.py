@@ -294,6 +294,7 @@ def test_serves_like_sglang_from_load_to_shutdown(launcher: Launcher, models) ->
          "--max-concurrency", "1", "--random-input-len", "16", "--random-output-len", "80",
          "--random-range-ratio", "1"],
         env=clean_env(OPENAI_API_KEY=API_KEY), capture_output=True, text=True, timeout=60,
+        cwd=launcher.tmp,  # no --output-file: the result line goes to a file named there
     )
     assert bench.returncode == 0, bench.stdout + bench.stderr
     assert re.search(r"^Successful requests:\s+3\s*$", bench.stdout, re.M)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sglang.benchmark import result_keys
 from tests.sglang.simhost import K2_CONFIG
 from tests.sim.conftest_index import Venv, clean_env
 from tests.sim.test_sglang_standin import (
@@ -442,16 +443,26 @@ def test_launch_server_warns_from_0_5_10(servers) -> None:
 
 
 def _bench(launcher: Launcher, server: Server, module: str, overlays=(), flush: bool = False,
-           output_len: int = 60, **env: str) -> subprocess.CompletedProcess:
+           output_len: int = 60, out: Path | None = None,
+           **env: str) -> subprocess.CompletedProcess:
     args = [str(launcher.venv.python), "-m", module, "--backend", "sglang", "--base-url",
             server.base, "--dataset-name", "random-ids", "--num-prompts", "2",
             "--random-input-len", "8", "--random-output-len", str(output_len),
             "--random-range-ratio", "1", "--warmup-requests", "0"]
     if flush:
         args.append("--flush-cache")
+    if out is not None:
+        args += ["--output-file", str(out)]
     pythonpath = ":".join(str(p) for p in overlays)
+    # without --output-file SGLang appends to a file named from the flags in the working
+    # directory (0.5.9 bench_serving.py:2723-2735): a temporary one here
     return subprocess.run(args, env=clean_env(PYTHONPATH=pythonpath, **env),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, cwd=launcher.tmp)
+
+
+def _result_line(path: Path) -> dict:
+    """The last line SGLang appended, read as SGLang's json writes it (Infinity, NaN)."""
+    return json.loads(path.read_text().splitlines()[-1])
 
 
 def test_bench_module_and_accept_length_per_release(servers, launcher, release) -> None:
@@ -462,11 +473,19 @@ def test_bench_module_and_accept_length_per_release(servers, launcher, release) 
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
     assert re.search(r"^Successful requests:\s+2\s*$", proc.stdout, re.M)
     assert "Accept length:" not in proc.stdout  # flushed, then < 10 decode batches: no value
-    proc = _bench(launcher, server, "sglang.bench_serving", OPENAI_API_KEY=API_KEY)
+    out = launcher.tmp / "bench-0.5.23.jsonl"
+    proc = _bench(launcher, server, "sglang.bench_serving", out=out, OPENAI_API_KEY=API_KEY)
     assert proc.returncode == 0, proc.stderr
     assert f"/sglang/bench_serving.py:13: {SHIM_WARNING}" in proc.stderr
     match = re.search(r"^Accept length:\s+([\d.]+)", proc.stdout, re.M)
     assert match and 2.3 <= float(match.group(1)) <= 2.8, proc.stdout
+    # the result line: 0.5.23's keys in its order, the figures the block printed rounded
+    line = _result_line(out)
+    assert set(line) == set(result_keys("0.5.23")) and len(line) == 49
+    assert line["request_rate"] == float("inf") and line["completed"] == 2
+    assert f"{line['accept_length']:.2f}" == match.group(1)
+    assert line["server_info"]["version"] == "0.5.23"
+    assert re.search(rf"^Median TPOT \(ms\):\s+{line['median_tpot_ms']:.2f}", proc.stdout, re.M)
     assert float(match.group(1)) == pytest.approx(_state(server)["avg_spec_accept_length"],
                                                   abs=0.005)
     # API_KEY is sent without "Bearer": every request gets 401
@@ -476,8 +495,10 @@ def test_bench_module_and_accept_length_per_release(servers, launcher, release) 
     # 0.5.9: bench_serving is the implementation and reads the deprecated /get_server_info
     old = servers["0.5.9"]
     overlays = release("0.5.9")
-    proc = _bench(launcher, old, "sglang.bench_serving", overlays, output_len=120)
+    out = launcher.tmp / "bench-0.5.9.jsonl"
+    proc = _bench(launcher, old, "sglang.bench_serving", overlays, output_len=120, out=out)
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
+    assert tuple(_result_line(out)) == result_keys("0.5.9")  # 43 keys, in 0.5.9's order
     assert re.search(r"^Accept length:\s+2\.[4-7]\d", proc.stdout, re.M), proc.stdout
     assert "Endpoint '/get_server_info' is deprecated" in old.text()
     proc = _bench(launcher, old, "sglang.benchmark.serving", overlays)

@@ -5,8 +5,10 @@ is then a FutureWarning shim); up to 0.5.12 `sglang.bench_serving` is the implem
 `python -m sglang.benchmark.serving` does not exist (0.5.9 has no sglang/benchmark package,
 0.5.10/0.5.12 no serving.py in it).
 
-Sends `--num-prompts` requests with at most `--max-concurrency` in flight and prints SGLang's
-result block (output token throughput, TTFT, ITL, "Accept length"). The accept length is
+Sends `--num-prompts` requests with at most `--max-concurrency` in flight, prints SGLang's
+result block (output token throughput, TTFT, TPOT, ITL, "Accept length") and appends its result
+line to `--output-file` (the same keys per release as the real one, Infinity and NaN included:
+see `_result`). The accept length is
 `internal_states[0].avg_spec_accept_length` (after `["decode"][0]` for PD) of `/get_server_info` in
 0.5.9 (bench_serving.py 0.5.9:2534-2554) and `/server_info` later (0.5.10 bench_serving.py:
 1405-1423; 0.5.15 benchmark/serving.py:1515-1533; 0.5.23 :1644-1662); the line is printed only
@@ -25,6 +27,7 @@ the same numbers as a real-time one.
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -172,16 +175,8 @@ def _dataset(args):
     return items
 
 
-def _pct(values, q):
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, int(round(q / 100.0 * (len(ordered) - 1)))))
-    return ordered[idx]
-
-
 def run(args) -> dict:
-    """Run the benchmark; print SGLang's result block; return the figures."""
+    """Run the benchmark; print SGLang's result block, append its line; return the line."""
     if args.base_url:
         base = args.base_url.rstrip("/")
     else:
@@ -224,86 +219,209 @@ def run(args) -> dict:
     duration = max(duration, 1e-9)
     accept = None
     if "sglang" in args.backend:
-        path = "/server_info" if _release_at_least(0, 5, 10) else "/get_server_info"
         try:
-            info = json.loads(urllib.request.urlopen(urllib.request.Request(
-                base + path, headers=get_auth_headers()), timeout=60).read())
-            if "decode" in info:
-                info = info["decode"][0]
-            if info.get("internal_states"):
-                accept = info["internal_states"][0].get("avg_spec_accept_length", None)
+            info = _server_info(base)
+            if info is not None:
+                if "decode" in info:
+                    info = info["decode"][0]
+                if info.get("internal_states"):
+                    accept = info["internal_states"][0].get("avg_spec_accept_length", None)
         except urllib.error.HTTPError:
             pass  # a non-200 answer (401 without the key): no accept length
         # a server that is gone raises here, before the block is printed: SGLang calls
         # requests.get without handling errors (0.5.9 bench_serving.py:2534-2536; 0.5.23
         # benchmark/serving.py:1642-1645), so the run ends with a traceback and exit code 1
+    metrics = {**_metrics(ok, duration), "duration": duration}
+    _print_block(args, metrics, accept)
+    # the whole /server_info again, for the result line (0.5.9 bench_serving.py:2663-2664, the
+    # deprecated /get_server_info; 0.5.23 benchmark/serving.py:1847-1848); not caught either
+    try:
+        server_info = _server_info(base)
+    except urllib.error.HTTPError:
+        server_info = None
+    result = _result(args, metrics, accept, server_info)
+    errors = [o.error for o in outputs if o is not None and not o.success][:5]
+    if errors:
+        print(f"Errors (first {len(errors)}): {errors}", file=sys.stderr)
+    _append_line(args, result)
+    return result
+
+
+def _server_info(base: str):
+    """GET /server_info (/get_server_info in 0.5.9): the answer, None on a non-200 answer is
+    the caller's (HTTPError); a refused connection raises."""
+    path = "/server_info" if _release_at_least(0, 5, 10) else "/get_server_info"
+    with urllib.request.urlopen(urllib.request.Request(base + path, headers=get_auth_headers()),
+                                timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def _percentile(values, q):
+    """np.percentile's default (linear interpolation); NaN for no values, as numpy."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _stats(values, prefix, out, percentiles, or_zero=True):
+    """mean/median/std/pXX of VALUES (s) in ms, as calculate_metrics: `np.f(xs or 0)` gives 0
+    for none (TTFT, TPOT, ITL); E2E has no `or 0` and gives NaN (0.5.9 bench_serving.py:
+    2233-2252; 0.5.23 benchmark/serving.py:1279-1304)."""
+    xs = list(values) or ([0.0] if or_zero else [])
+    nan = float("nan")
+    out[f"mean_{prefix}_ms"] = statistics.fmean(xs) * 1000 if xs else nan
+    out[f"median_{prefix}_ms"] = statistics.median(xs) * 1000 if xs else nan
+    out[f"std_{prefix}_ms"] = statistics.pstdev(xs) * 1000 if xs else nan
+    for q in percentiles:
+        out[f"p{q}_{prefix}_ms"] = _percentile(xs, q) * 1000
+
+
+def _peaks(ok):
+    """max_output_tokens_per_s and max_concurrent_requests: per-second buckets of token times
+    and of requests in flight (0.5.9 bench_serving.py:2154-2195; 0.5.23 benchmark/serving.py:
+    1200-1241)."""
+    if not ok:
+        return 0.0, 0
+    t0 = min(o.start for o in ok)
+    n = int(math.ceil(max(o.start + o.latency for o in ok) - t0)) + 1
+    tokens = [0] * n
+    inflight = [0] * n
+    for o in ok:
+        t = o.start + o.ttft
+        times = [t]
+        for gap in o.itl:
+            t += gap
+            times.append(t)
+        for x in times:
+            b = int(x - t0)
+            if 0 <= b < n:
+                tokens[b] += 1
+        for sec in range(int(o.start - t0), min(int(o.start + o.latency - t0) + 1, n)):
+            inflight[sec] += 1
+    return float(max(tokens)), int(max(inflight))
+
+
+def _metrics(ok, duration) -> dict:
+    """calculate_metrics (0.5.9 bench_serving.py:2086-2258; 0.5.23 benchmark/serving.py:
+    1132-1310) for text prompts: TPOT per request (latency - ttft) / (output_len - 1) when
+    output_len > 1 (0.5.9 :2125-2126; 0.5.23 :1171-1172)."""
     total_in = sum(o.prompt_len for o in ok)
     total_out = sum(o.output_len for o in ok)
-    ttfts = [o.ttft * 1000 for o in ok]
-    itls = [x * 1000 for o in ok for x in o.itl]
-    e2e = [o.latency * 1000 for o in ok]
+    m = {"completed": len(ok), "total_input": total_in, "total_output": total_out,
+         "request_throughput": len(ok) / duration, "input_throughput": total_in / duration,
+         "output_throughput": total_out / duration,
+         "total_throughput": (total_in + total_out) / duration,
+         "concurrency": sum(o.latency for o in ok) / duration if ok else 0.0}
+    tpots = [(o.latency - o.ttft) / (o.output_len - 1) for o in ok if o.output_len > 1]
+    _stats([o.ttft for o in ok], "ttft", m, (90, 95, 99))
+    _stats(tpots, "tpot", m, (90, 95, 99))
+    _stats([x for o in ok for x in o.itl], "itl", m, (90, 95, 99))
+    m["max_itl_ms"] = max([x for o in ok for x in o.itl] or [0.0]) * 1000
+    _stats([o.latency for o in ok], "e2e_latency", m, (90, 95, 99), or_zero=False)
+    m["max_output_tokens_per_s"], m["max_concurrent_requests"] = _peaks(ok)
+    return m
+
+
+def _result(args, m: dict, accept, server_info) -> dict:
+    """The line appended to --output-file, key for key and in order: 0.5.9 bench_serving.py:
+    2671-2718 (= 0.5.10 :1549-1596, 0.5.12 :1583-1630); from 0.5.15 six more percentiles
+    (0.5.15 benchmark/serving.py:1719-1772; 0.5.23 :1855-1908). request_rate is the flag's
+    value: float("inf") by default, written as Infinity."""
+    new = _release_at_least(0, 5, 15)
     res = {
-        "backend": args.backend, "request_rate": args.request_rate,
-        "max_concurrency": args.max_concurrency, "completed": len(ok), "duration": duration,
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
-        "request_throughput": len(ok) / duration, "input_throughput": total_in / duration,
-        "output_throughput": total_out / duration,
-        "total_throughput": (total_in + total_out) / duration,
-        "concurrency": sum(o.latency for o in ok) / duration,
-        "accept_length": accept,
-        "mean_e2e_latency_ms": statistics.mean(e2e) if e2e else 0.0,
-        "median_e2e_latency_ms": statistics.median(e2e) if e2e else 0.0,
-        "mean_ttft_ms": statistics.mean(ttfts) if ttfts else 0.0,
-        "median_ttft_ms": statistics.median(ttfts) if ttfts else 0.0,
-        "p99_ttft_ms": _pct(ttfts, 99),
-        "mean_itl_ms": statistics.mean(itls) if itls else 0.0,
-        "median_itl_ms": statistics.median(itls) if itls else 0.0,
-        "p95_itl_ms": _pct(itls, 95), "p99_itl_ms": _pct(itls, 99),
-        "max_itl_ms": max(itls) if itls else 0.0,
-        "errors": [o.error for o in outputs if o is not None and not o.success][:5],
+        "tag": args.tag, "backend": args.backend, "dataset_name": args.dataset_name,
+        "request_rate": args.request_rate, "max_concurrency": args.max_concurrency,
+        "sharegpt_output_len": args.sharegpt_output_len,
+        "random_input_len": args.random_input_len, "random_output_len": args.random_output_len,
+        "random_range_ratio": args.random_range_ratio, "server_info": server_info,
+        "duration": m["duration"], "completed": m["completed"],
+        "total_input_tokens": m["total_input"], "total_input_text_tokens": m["total_input"],
+        "total_input_vision_tokens": 0, "total_output_tokens": m["total_output"],
+        "total_output_tokens_retokenized": m["total_output"],
+        "request_throughput": m["request_throughput"], "input_throughput": m["input_throughput"],
+        "output_throughput": m["output_throughput"], "total_throughput": m["total_throughput"],
     }
-    w = 40  # "{:<40} {:<10}" (0.5.9 bench_serving.py:2568-2629)
-    print("\n{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
-    print("{:<{w}} {:<10}".format("Backend:", args.backend, w=w))
-    print("{:<{w}} {:<10}".format("Traffic request rate:", args.request_rate, w=w))
-    print("{:<{w}} {:<10}".format("Max request concurrency:",
-                                 args.max_concurrency or "not set", w=w))
-    print("{:<{w}} {:<10}".format("Successful requests:", len(ok), w=w))
-    print("{:<{w}} {:<10.2f}".format("Benchmark duration (s):", duration, w=w))
-    print("{:<{w}} {:<10}".format("Total input tokens:", total_in, w=w))
-    print("{:<{w}} {:<10}".format("Total generated tokens:", total_out, w=w))
-    print("{:<{w}} {:<10.2f}".format("Request throughput (req/s):", res["request_throughput"],
-                                     w=w))
-    print("{:<{w}} {:<10.2f}".format("Input token throughput (tok/s):", res["input_throughput"],
-                                     w=w))
-    print("{:<{w}} {:<10.2f}".format("Output token throughput (tok/s):",
-                                     res["output_throughput"], w=w))
-    print("{:<{w}} {:<10.2f}".format("Total token throughput (tok/s):", res["total_throughput"],
-                                     w=w))
-    print("{:<{w}} {:<10.2f}".format("Concurrency:", res["concurrency"], w=w))
-    if accept:
-        print("{:<{w}} {:<10.2f}".format("Accept length:", accept, w=w))
-    print("{s:{c}^{n}}".format(s="End-to-End Latency", n=50, c="-"))
-    print("{:<{w}} {:<10.2f}".format("Mean E2E Latency (ms):", res["mean_e2e_latency_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("Median E2E Latency (ms):", res["median_e2e_latency_ms"],
-                                     w=w))
-    print("{s:{c}^{n}}".format(s="Time to First Token", n=50, c="-"))
-    print("{:<{w}} {:<10.2f}".format("Mean TTFT (ms):", res["mean_ttft_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("Median TTFT (ms):", res["median_ttft_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("P99 TTFT (ms):", res["p99_ttft_ms"], w=w))
-    print("{s:{c}^{n}}".format(s="Inter-Token Latency", n=50, c="-"))
-    print("{:<{w}} {:<10.2f}".format("Mean ITL (ms):", res["mean_itl_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("Median ITL (ms):", res["median_itl_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("P95 ITL (ms):", res["p95_itl_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("P99 ITL (ms):", res["p99_itl_ms"], w=w))
-    print("{:<{w}} {:<10.2f}".format("Max ITL (ms):", res["max_itl_ms"], w=w))
-    print("=" * 50)
-    if res["errors"]:
-        print(f"Errors (first {len(res['errors'])}): {res['errors']}", file=sys.stderr)
-    if args.output_file:
-        with open(args.output_file, "a") as fh:
-            fh.write(json.dumps(res) + "\n")
+    groups = (("e2e_latency", (90, 95, 99) if new else (90, 99)),
+              ("ttft", (90, 95, 99) if new else (99,)),
+              ("tpot", (90, 95, 99) if new else (99,)),
+              ("itl", (90, 95, 99) if new else (95, 99)))
+    for prefix, qs in groups:
+        for stat in ("mean", "median", "std"):
+            res[f"{stat}_{prefix}_ms"] = m[f"{stat}_{prefix}_ms"]
+        for q in qs:
+            res[f"p{q}_{prefix}_ms"] = m[f"p{q}_{prefix}_ms"]
+    res.update({"concurrency": m["concurrency"], "accept_length": accept,
+                "max_output_tokens_per_s": m["max_output_tokens_per_s"],
+                "max_concurrent_requests": m["max_concurrent_requests"]})
     return res
+
+
+def _append_line(args, result: dict) -> None:
+    """Append the line: --output-file, or a name made from the flags in the working directory
+    (0.5.9 bench_serving.py:2723-2756; 0.5.23 benchmark/serving.py:1927-1966)."""
+    name = args.output_file
+    if not name:
+        now = time.strftime("%m%d")
+        if args.dataset_name.startswith("random"):
+            name = (f"{args.backend}_{now}_{args.num_prompts}_{args.random_input_len}_"
+                    f"{args.random_output_len}.jsonl")
+        else:
+            name = f"{args.backend}_{now}_{args.num_prompts}_{args.dataset_name}.jsonl"
+    with open(name, "a") as fh:
+        fh.write(json.dumps(result) + "\n")
+
+
+def _print_block(args, m: dict, accept) -> None:
+    """The result block, "{:<40} {:<10}" (0.5.9 bench_serving.py:2568-2661; 0.5.23
+    benchmark/serving.py:1681-1845; the P90/P95 lines from 0.5.15)."""
+    new = _release_at_least(0, 5, 15)
+
+    def line(label, value, fmt="{:<10.2f}"):
+        print(("{:<40} " + fmt).format(label, value))
+
+    def rule(title):
+        print("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+
+    print("\n{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
+    line("Backend:", args.backend, "{:<10}")
+    line("Traffic request rate:", args.request_rate, "{:<10}")
+    line("Max request concurrency:", args.max_concurrency or "not set", "{:<10}")
+    line("Successful requests:", m["completed"], "{:<10}")
+    line("Benchmark duration (s):", m["duration"])
+    line("Total input tokens:", m["total_input"], "{:<10}")
+    line("Total input text tokens:", m["total_input"], "{:<10}")
+    line("Total generated tokens:", m["total_output"], "{:<10}")
+    line("Total generated tokens (retokenized):", m["total_output"], "{:<10}")
+    line("Request throughput (req/s):", m["request_throughput"])
+    line("Input token throughput (tok/s):", m["input_throughput"])
+    line("Output token throughput (tok/s):", m["output_throughput"])
+    line("Peak output token throughput (tok/s):", m["max_output_tokens_per_s"])
+    line("Peak concurrent requests:", m["max_concurrent_requests"], "{:<10}")
+    line("Total token throughput (tok/s):", m["total_throughput"])
+    line("Concurrency:", m["concurrency"])
+    if accept:
+        line("Accept length:", accept)
+    rule("End-to-End Latency")
+    line("Mean E2E Latency (ms):", m["mean_e2e_latency_ms"])
+    line("Median E2E Latency (ms):", m["median_e2e_latency_ms"])
+    for q in (90, 95, 99) if new else (90, 99):
+        line(f"P{q} E2E Latency (ms):", m[f"p{q}_e2e_latency_ms"])
+    for title, prefix, name, qs in (
+            ("Time to First Token", "ttft", "TTFT", (90, 95, 99) if new else (99,)),
+            ("Time per Output Token (excl. 1st token)", "tpot", "TPOT",
+             (90, 95, 99) if new else (99,)),
+            ("Inter-Token Latency", "itl", "ITL", (90, 95, 99) if new else (95, 99))):
+        rule(title)
+        line(f"Mean {name} (ms):", m[f"mean_{prefix}_ms"])
+        line(f"Median {name} (ms):", m[f"median_{prefix}_ms"])
+        for q in qs:
+            line(f"P{q} {name} (ms):", m[f"p{q}_{prefix}_ms"])
+    line("Max ITL (ms):", m["max_itl_ms"])
+    print("=" * 50)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -336,6 +454,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--flush-cache", action="store_true")
     p.add_argument("--apply-chat-template", action="store_true")
     p.add_argument("--extra-request-body", type=str, default=None)
+    p.add_argument("--tag", type=str, default=None)
     return p
 
 
