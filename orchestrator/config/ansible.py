@@ -32,10 +32,14 @@ Each rule below cites ansible-core 2.19.0 as `file:line` under `lib/ansible/`:
 - Connection settings (`_connection`) come from the host's variables as the ssh connection
   plugin reads them (plugins/connection/ssh.py; of two names the later one wins,
   config/manager.py:517-537); every variable, `ansible_*` ones included, stays a variable.
+  The ssh options in ansible_ssh_args, _common_args and _extra_args are read as ssh reads them
+  (`config.openssh`, OpenSSH 10.0p1 cited there).
 
 On purpose, unlike Ansible: a YAML group key other than hosts/children/vars, or a group that is
 not a mapping, is an error (Ansible warns and skips it); host-key checking cannot be turned off
-(`ansible_host_key_checking: false`, `StrictHostKeyChecking=no`); password logins, inventory
+or made useless (`ansible_host_key_checking: false`, StrictHostKeyChecking no/off/false,
+UserKnownHostsFile /dev/null or none, NoHostAuthenticationForLocalhost yes, however written);
+password logins, inventory
 plugins, TOML, vault and inventory directories are refused with a located error. Every error
 found is reported, not only the first; then the loader checks the result as it checks our format
 (a variable name such as `my-var`, which templates cannot use, or a group and a host of one name,
@@ -48,11 +52,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import re
 import shlex
 from collections.abc import Iterator
 from typing import Any
 
+from orchestrator.config import openssh
 from orchestrator.config.ansible_parse import (
     Host,
     IniReader,
@@ -311,7 +315,8 @@ _ANSIBLE_SETTINGS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 _PASSWORDS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")  # ssh.py:58-64
 _HOST_KEY_CHECKING = ("ansible_host_key_checking", "ansible_ssh_host_key_checking")  # ssh.py:39-56
-_SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # ssh.py:108-119, 192-196
+#: on ssh's command line in this order (connection/ssh.py:874-879, 930-934; vars :96-121, 192-196)
+_SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 _SSH_CONNECTIONS = frozenset({"ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh",
                               "ansible.builtin.paramiko_ssh"})
 _LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
@@ -320,8 +325,6 @@ _OUR_SETTINGS = ("address", "port", "user", "identity_file", "connection", "host
                  "wait_for_host", "lock_path", "become_password", "hypervisor")
 #: module_utils/parsing/convert_bool.py:12, read non-strictly (config/manager.py:133-134)
 _TRUE = frozenset({"y", "yes", "on", "1", "true", "t"})
-#: an ssh -o option: `Key=Value` or `Key Value` (ssh_config(5))
-_SSH_OPTION = re.compile(r"^\s*([A-Za-z]+)\s*(?:=\s*|\s+|$)(.*)$", re.S)
 
 
 def _connection(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, Val]:
@@ -349,9 +352,7 @@ def _connection(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, 
                     "checks host keys", "remove it; record the keys with ssh-keyscan, or "
                     "trust a new host's key on first use with ansible_ssh_common_args="
                     "'-o StrictHostKeyChecking=accept-new'")
-    for name in _SSH_ARGS:
-        if name in merged:
-            out.update(_ssh_options(inv, host, name, merged[name]))
+    out.update(_ssh_options(inv, host, merged))
     for setting in _OUR_SETTINGS:
         val = merged.get(_OURS + setting)
         if val is not None and not _templated(inv, host, _OURS + setting, val):
@@ -413,7 +414,9 @@ def _convert(inv: Inventory, host: str, name: str, val: Val, kind: str) -> Val |
     if isinstance(value, (bool, int, float)):
         return Val(str(value), val.loc, val.key_loc)
     if not isinstance(value, str):
-        inv.problem(val.loc, f"host '{host}': {name} must be text, got {kind_of(value)}")
+        inv.problem(val.loc, f"host '{host}': {name} must be text, got {kind_of(value)}",
+                    "write it as one string, e.g. '-o UserKnownHostsFile=~/.ssh/known_hosts_lab'"
+                    if name in _SSH_ARGS else "write it as one string")
         return None
     return val
 
@@ -429,43 +432,94 @@ def _connection_kind(inv: Inventory, host: str, val: Val) -> Val | None:
     return None
 
 
-def _ssh_options(inv: Inventory, host: str, name: str, val: Val) -> dict[str, Val]:
-    """`-o UserKnownHostsFile=...` and `-o StrictHostKeyChecking=...` in ssh arguments; other
-    options are left to ssh_config. A proxy is refused: it would be silently skipped."""
-    if not isinstance(val.value, str):
-        return {}
-    try:
-        args = shlex.split(val.value)
-    except ValueError as exc:
-        inv.problem(val.loc, f"host '{host}': {name}: {exc}")
-        return {}
-    options: list[str] = []
-    for i, arg in enumerate(args):
-        if arg == "-o" and i + 1 < len(args):
-            options.append(args[i + 1])
-        elif arg.startswith("-o") and len(arg) > 2:
-            options.append(arg[2:])
-        elif arg == "-J":
-            options.append(f"ProxyJump={args[i + 1] if i + 1 < len(args) else ''}")
+def _ssh_options(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, Val]:
+    """Our settings from the ssh options in the ssh argument variables, read as ssh reads them
+    (`config.openssh`): the first value of an option wins, as in ssh; a value that weakens
+    host-key checking is refused wherever it is written, as is a proxy (it would be skipped:
+    put it in ssh_config) and any line ssh itself would refuse."""
     out: dict[str, Val] = {}
-    for option in options:
-        m = _SSH_OPTION.match(option)
-        key, value = (m.group(1).lower(), m.group(2)) if m else ("", "")
-        if key == "userknownhostsfile" and value.split():
-            out["known_hosts"] = Val(value.split()[0], val.loc, val.key_loc)
-        elif key == "stricthostkeychecking":
-            policy = {"yes": "strict", "ask": "strict", "accept-new": "accept-new"}.get(
-                value.strip().lower())
-            if policy is None:
-                inv.problem(val.loc, f"host '{host}': {name}: StrictHostKeyChecking={value}: "
-                            "orchestrator always checks host keys",
-                            "use StrictHostKeyChecking=accept-new to trust a new host's key "
-                            "on first use")
-            else:
-                out["host_key_policy"] = Val(policy, val.loc, val.key_loc)
-        elif key in ("proxyjump", "proxycommand"):
-            inv.problem(val.loc, f"host '{host}': {name}: a proxy ({option.strip()}) is not "
-                        "supported here", "put the proxy in ssh_config (~/.ssh/config, or the "
-                        "file named by orchestrator_ssh_config): orchestrator follows its "
-                        "ProxyJump and ProxyCommand")
+    for name in _SSH_ARGS:
+        val = merged.get(name)
+        if val is None or val.value is None:
+            continue
+        val = _convert(inv, host, name, val, "str")
+        if val is None:
+            continue
+        try:  # plugins/connection/__init__.py:122-129
+            args = [a.strip() for a in shlex.split(val.value) if a.strip()]
+        except ValueError as exc:
+            inv.problem(val.loc, f"host '{host}': {name}: {exc}", "close the quote")
+            continue
+        for line in openssh.argv_options(args):
+            try:
+                parsed = openssh.config_line(line)
+            except ValueError as exc:
+                inv.problem(val.loc, f"host '{host}': {name}: -o {line!r}: {exc} (ssh refuses "
+                            "it and exits)", "write it as -o Key=Value")
+                continue
+            if parsed is not None:
+                said = _ssh_option(inv, f"host '{host}': {name}: {line.strip()}", val.loc,
+                                   *parsed)
+                for setting, value in said.items():
+                    out.setdefault(setting, Val(value, val.loc, val.key_loc))
+    no_system_file = out.pop(_NO_SYSTEM_FILE, None)
+    if no_system_file is not None and "known_hosts" not in out:
+        # GlobalKnownHostsFile none alone: ssh reads ~/.ssh/known_hosts (readconf.c:2893-2897);
+        # our transport reads the system file only when no known_hosts is given
+        out["known_hosts"] = Val(_USER_FILE, no_system_file.loc, no_system_file.key_loc)
     return out
+
+
+_NO_SYSTEM_FILE = " no system file"
+_USER_FILE = "~/.ssh/known_hosts"  # pathnames.h:81
+_SYSTEM_FILES = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")  # pathnames.h:29-31
+_ACCEPT_NEW = "use -o StrictHostKeyChecking=accept-new to trust a new host's key on first use"
+
+
+def _no_file(path: str) -> bool:
+    """`none` (ssh.c:1544-1552) or a device such as /dev/null: no key can be kept there."""
+    return path.lower() == "none" or os.path.normpath(
+        os.path.expanduser(path)).startswith("/dev/")
+
+
+def _ssh_option(
+    inv: Inventory, what: str, loc: Location, key: str, args: list[str]
+) -> dict[str, Any]:
+    """One ssh option (lower-case keyword, arguments) -> our settings it gives, its problems."""
+    value = args[0] if args else ""
+    if key == "stricthostkeychecking":
+        state = openssh.STRICT_HOST_KEY_CHECKING.get(value.lower())  # readconf.c:1104-1117
+        if state is None:
+            inv.problem(loc, f"{what}: ssh refuses {value!r} (yes, ask, accept-new, no)",
+                        _ACCEPT_NEW)
+        elif state == "off":
+            inv.problem(loc, f"{what} turns host-key checking off: orchestrator always checks "
+                        "host keys", f"remove it; record the keys with ssh-keyscan, or "
+                        f"{_ACCEPT_NEW}")
+        else:
+            return {"host_key_policy": "accept-new" if state == "accept-new" else "strict"}
+    elif key == "userknownhostsfile":
+        if any(_no_file(a) for a in args):
+            inv.problem(loc, f"{what}: no host key would be kept or checked (with accept-new "
+                        "every key is trusted, each time)", "name a real file, e.g. "
+                        "-o UserKnownHostsFile=~/.ssh/known_hosts_lab, or remove it")
+        elif args:
+            return {"known_hosts": args[0]}
+    elif key == "globalknownhostsfile":
+        if all(_no_file(a) for a in args):
+            return {_NO_SYSTEM_FILE: True}
+        if not set(args) <= set(_SYSTEM_FILES):
+            inv.problem(loc, f"{what}: orchestrator reads host keys from "
+                        f"{_SYSTEM_FILES[0]} and one UserKnownHostsFile only",
+                        "name the file with -o UserKnownHostsFile=PATH instead")
+    elif key == "nohostauthenticationforlocalhost" and openssh.FLAG.get(value.lower()):
+        inv.problem(loc, f"{what} turns host-key checking off for localhost: orchestrator "
+                    "always checks host keys", "remove it")
+    elif key == "knownhostscommand":
+        inv.problem(loc, f"{what}: orchestrator reads host keys from known_hosts files only",
+                    "write the keys into a file and name it with -o UserKnownHostsFile=PATH")
+    elif key in ("proxyjump", "proxycommand") and value.lower() != "none":
+        inv.problem(loc, f"{what}: a proxy is not supported here", "put the proxy in "
+                    "ssh_config (~/.ssh/config, or the file named by orchestrator_ssh_config): "
+                    "orchestrator follows its ProxyJump and ProxyCommand")
+    return {}
