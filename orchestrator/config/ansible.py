@@ -39,7 +39,8 @@ On purpose, unlike Ansible: a YAML group key other than hosts/children/vars, or 
 not a mapping, is an error (Ansible warns and skips it); host-key checking cannot be turned off
 or made useless (`ansible_host_key_checking: false`, StrictHostKeyChecking no/off/false,
 UserKnownHostsFile /dev/null or none, NoHostAuthenticationForLocalhost yes, however written);
-password logins, inventory
+become is sudo to root for the stages that ask for it, so `ansible_become` and a become method,
+user, program or flags other than that are refused (`_become`); password logins, inventory
 plugins, TOML, vault and inventory directories are refused with a located error. Every error
 found is reported, not only the first; then the loader checks the result as it checks our format
 (a variable name such as `my-var`, which templates cannot use, or a group and a host of one name,
@@ -310,8 +311,8 @@ _ANSIBLE_SETTINGS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("identity_file", ("ansible_private_key_file", "ansible_ssh_private_key_file"),
      "str"),  # connection/ssh.py:268-279
     ("connect_timeout", ("ansible_ssh_timeout",), "int"),  # connection/ssh.py:371-387
-    ("become_password", ("ansible_become_password", "ansible_become_pass"),
-     "str"),  # become/sudo.py:62-67
+    ("become_password", ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass"),
+     "str"),  # become/sudo.py:62-68
 )
 _PASSWORDS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")  # ssh.py:58-64
 _HOST_KEY_CHECKING = ("ansible_host_key_checking", "ansible_ssh_host_key_checking")  # ssh.py:39-56
@@ -353,11 +354,56 @@ def _connection(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, 
                     "trust a new host's key on first use with ansible_ssh_common_args="
                     "'-o StrictHostKeyChecking=accept-new'")
     out.update(_ssh_options(inv, host, merged))
+    _become(inv, host, merged)
     for setting in _OUR_SETTINGS:
         val = merged.get(_OURS + setting)
         if val is not None and not _templated(inv, host, _OURS + setting, val):
             out[setting] = val
     return out
+
+
+#: become variables, each with what orchestrator's become does (constants.py:178-183; the sudo
+#: plugin's names, the later winning, and defaults: plugins/become/sudo.py:14-56; the method's
+#: default: config/base.yml:609-611): a stage with `become: true` runs through a helper agent
+#: started with `sudo -n` (or `sudo -S` with the become password) as root, remote/agent.py
+_BECOME_AS_WE_DO: tuple[tuple[tuple[str, ...], str, Any], ...] = (
+    (("ansible_become_method",), "orchestrator escalates with sudo only",
+     lambda v: v in ("sudo", "ansible.builtin.sudo")),
+    (("ansible_become_user", "ansible_sudo_user"), "orchestrator's become is root only",
+     lambda v: v == "root"),
+    (("ansible_become_exe", "ansible_sudo_exe"), "orchestrator runs the host's `sudo`",
+     lambda v: isinstance(v, str) and os.path.basename(v) == "sudo"),
+    (("ansible_become_flags", "ansible_sudo_flags"), "orchestrator runs `sudo -n` (or `sudo -S` "
+     "with ansible_become_password) and passes no other flags",
+     lambda v: isinstance(v, str) and set(v.split()) <= {"-H", "-S", "-n"}),
+)
+
+
+def _become(inv: Inventory, host: str, merged: dict[str, Val]) -> None:
+    """Ansible's become variables that orchestrator cannot honour are refused, not kept as
+    mere variables: `ansible_become` (true runs every task as the become user, false turns
+    become off even for tasks that ask for it: a variable beats the task's keyword,
+    playbook/play_context.py:186-191, 247-258), and a method, user, program or flags other
+    than what our become does (sudo to root)."""
+    picked = _pick(merged, ("ansible_become",))
+    if picked is not None:
+        name, val = picked
+        if _truthy(val.value):  # a bool: playbook/play_context.py:100, playbook/base.py:470-471
+            inv.problem(val.loc, f"host '{host}': {name} is true: orchestrator does not run "
+                        "every stage as root", "remove it: a stage that needs root says "
+                        "`become: true` in the playbook and uses sudo on its own "
+                        "(passwordless, or with ansible_become_password); or log in as root "
+                        "(ansible_user=root)")
+        else:
+            inv.problem(val.loc, f"host '{host}': {name} is false: orchestrator cannot turn "
+                        "sudo off for a host (Ansible would, even for tasks with become)",
+                        "remove it; the playbook's stages with `become: true` use sudo")
+    for names, why, ours in _BECOME_AS_WE_DO:
+        picked = _pick(merged, names)
+        if picked is not None and not ours(picked[1].value):
+            inv.problem(picked[1].loc, f"host '{host}': {picked[0]}={picked[1].value!r}: {why}",
+                        f"remove {picked[0]}, or log in as the user the stages should run as "
+                        "(ansible_user)")
 
 
 def _templated(inv: Inventory, host: str, name: str, val: Val) -> bool:
