@@ -40,9 +40,11 @@ not a mapping, is an error (Ansible warns and skips it); host-key checking canno
 or made useless (`ansible_host_key_checking: false`, StrictHostKeyChecking no/off/false,
 UserKnownHostsFile /dev/null or none, NoHostAuthenticationForLocalhost yes, however written);
 become is sudo to root for the stages that ask for it, so `ansible_become` and a become method,
-user, program or flags other than that are refused (`_become`); password logins, inventory
-plugins, TOML, vault and inventory directories are refused with a located error. Every error
-found is reported, not only the first; then the loader checks the result as it checks our format
+user, program or flags other than that are refused (`_become`); password logins are refused.
+Inventory directories, vault, inventory plugins and scripts and TOML are read by running
+`ansible-inventory` when Ansible is installed (`config.ansible_cli`, which also says when), and
+refused with a located error otherwise. Every error found is reported, not only the first;
+then the loader checks the result as it checks our format
 (a variable name such as `my-var`, which templates cannot use, or a group and a host of one name,
 are errors; Ansible only warns). Our own settings that Ansible has no variable for (e.g.
 `hypervisor`, `wait_for_host`) are written as `orchestrator_<setting>` variables.
@@ -57,7 +59,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator.config import openssh
+from orchestrator.config import ansible_cli, openssh
 from orchestrator.config.ansible_parse import (
     Host,
     IniReader,
@@ -103,29 +105,76 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _read_inventory(source: str, environ: Any) -> tuple[YamlDoc | None, list[ConfigProblem]]:
+    how = ansible_cli.mode(environ)
+    tool = None if how == "never" else ansible_cli.find_tool()
+    reason = _only_ansible_reads(source)
+    if reason is not None:
+        if tool is not None:
+            return _with_ansible(tool, source, environ)
+        raise ConfigError([ConfigProblem(
+            None if os.path.isdir(source) else Location(source, 1, 1),
+            f"{source}: {reason}, which only Ansible reads", _INSTALL_ANSIBLE)])
+    try:
+        read = _builtin(source, environ)
+    except ConfigError as exc:
+        if tool is not None and any(p.message == "unsupported tag '!vault'"
+                                    for p in exc.problems):
+            return _with_ansible(tool, source, environ)
+        raise
+    if isinstance(read, YamlDoc):
+        return read, []
+    doc, problems = _translate(read, environ)
+    if tool is not None and (how == "always" or read.needs_ansible):
+        return _with_ansible(tool, source, environ)
+    return doc, problems
+
+
+_INSTALL_ANSIBLE = ("install ansible-core (pip install ansible-core): orchestrator then reads it "
+                    "with ansible-inventory; or give a static INI or YAML inventory file")
+
+
+def _only_ansible_reads(source: str) -> str | None:
+    """What the built-in reader cannot read at all: an inventory directory, TOML, a vault-
+    encrypted file, an inventory script (executable: plugins/inventory/script.py:185-186)."""
     if os.path.isdir(source):
-        raise ConfigError([ConfigProblem(
-            None, f"{source}: is a directory", "give the inventory file itself (Ansible "
-            "inventory directories are not read; group_vars/ beside the file are)")])
+        return "is a directory (an Ansible inventory directory)"
+    if _kind(source) == "toml":
+        return "a TOML inventory"
+    try:
+        with open(source, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return None  # read_text says why
+    if head.startswith(b"$ANSIBLE_VAULT"):
+        return "a vault-encrypted inventory"
+    if head.startswith(b"#!") and os.access(source, os.X_OK):
+        return "an inventory script"
+    return None
+
+
+def _with_ansible(tool: str, source: str, environ: Any) -> tuple[YamlDoc | None,
+                                                                 list[ConfigProblem]]:
+    """SOURCE read by ansible-inventory; group_vars/ and host_vars/ are in its answer."""
+    return _translate(ansible_cli.read_with_ansible(tool, source), environ, vars_files=False)
+
+
+def _builtin(source: str, environ: Any) -> Inventory | YamlDoc:
+    """The built-in reader: an Ansible inventory file, or (a YamlDoc) our own format."""
     kind = _kind(source)
-    if kind == "toml":
-        raise ConfigError([ConfigProblem(
-            Location(source, 1, 1), "TOML inventories are not supported",
-            "write it as an INI or YAML inventory")])
     if kind == "ini":
-        return _translate(IniReader(source, read_text(source)).read(), environ)
+        return IniReader(source, read_text(source)).read()
     try:
         doc = load_yaml(source, environ=environ)
     except ConfigError:
         if kind == "yaml":
             raise
-        return _translate(IniReader(source, read_text(source)).read(), environ)
+        return IniReader(source, read_text(source)).read()
     if kind is None and not isinstance(doc.data, dict):
-        return _translate(IniReader(source, read_text(source)).read(), environ)
+        return IniReader(source, read_text(source)).read()
     if not is_ansible_yaml(doc.data):
-        return doc, []
+        return doc
     doc = load_yaml(source, environ=environ, yaml11_booleans=True)
-    return _translate(YamlReader(doc).read(), environ)
+    return YamlReader(doc).read()
 
 
 def _kind(source: str) -> str | None:
@@ -152,13 +201,13 @@ def is_ansible_yaml(data: Any) -> bool:
 class _VarsFiles:
     """group_vars/ and host_vars/ beside the inventory file, each file read once."""
 
-    def __init__(self, inv: Inventory, environ: Any) -> None:
+    def __init__(self, inv: Inventory, environ: Any, *, enabled: bool = True) -> None:
         # plugins/vars/host_group_vars.py:86-90, utils/path.py:93-108
         self.base = os.path.realpath(os.path.dirname(os.path.abspath(inv.source)))
         self.inv = inv
         self.environ = environ
         self.cache: dict[tuple[str, str], dict[str, Val]] = {}
-        self.folders = {sub: os.path.isdir(os.path.join(self.base, sub))
+        self.folders = {sub: enabled and os.path.isdir(os.path.join(self.base, sub))
                         for sub in ("group_vars", "host_vars")}
 
     def of(self, subdir: str, name: str) -> dict[str, Val]:
@@ -187,9 +236,12 @@ class _VarsFiles:
         try:
             text = read_text(path)
             if text.startswith("$ANSIBLE_VAULT"):
+                self.inv.needs_ansible.append("vault")
                 self.inv.problem(Location(path, 1, 1), "vault-encrypted vars files are not "
-                                 "supported", "decrypt it (ansible-vault decrypt), or give "
-                                 "secrets through the environment (!env NAME)")
+                                 "supported without Ansible", "install ansible-core "
+                                 "(orchestrator then reads the inventory with ansible-inventory),"
+                                 " decrypt it (ansible-vault decrypt), or give secrets through "
+                                 "the environment (!env NAME)")
                 return {}
             doc = load_yaml(path, environ=self.environ, yaml11_booleans=True)
         except ConfigError as exc:
@@ -241,10 +293,13 @@ def _merged_vars(
     return out
 
 
-def _translate(inv: Inventory, environ: Any) -> tuple[YamlDoc | None, list[ConfigProblem]]:
+def _translate(
+    inv: Inventory, environ: Any, *, vars_files: bool = True
+) -> tuple[YamlDoc | None, list[ConfigProblem]]:
     """Our format's data for an Ansible inventory, every value located where it was written
-    (None without hosts), and the problems found on the way."""
-    files = _VarsFiles(inv, environ)
+    (None without hosts), and the problems found on the way (`vars_files`: read group_vars/
+    and host_vars/; ansible-inventory's answer has them already)."""
+    files = _VarsFiles(inv, environ, enabled=vars_files)
     doc = YamlDoc(source=inv.source, data=None)
     hosts: dict[str, Any] = {}
     depth = inv.depths()

@@ -76,6 +76,8 @@ class Inventory:
         self.hosts: dict[str, Host] = {}
         self.problems: list[ConfigProblem] = []
         self.secrets: set[str] = set()
+        #: what only Ansible reads, found on the way (vault, an inventory plugin's configuration)
+        self.needs_ansible: list[str] = []
         where = os.path.abspath(source)  # inventory/data.py:197-199
         self.file, self.dir = Data(where), Data(os.path.dirname(where))
         top = Location(source, 1, 1)
@@ -540,10 +542,12 @@ class YamlReader:
     def read(self) -> Inventory:
         data = self.doc.data
         if "plugin" in data:
+            self.inv.needs_ansible.append("an inventory plugin")
             self.inv.problem(self.doc.key_loc(("plugin",)),
                              f"this is the configuration of the inventory plugin "
                              f"{data['plugin']!r}, not an inventory",
-                             "orchestrator reads static inventories; export one with "
+                             "install ansible-core (orchestrator then runs ansible-inventory "
+                             "on it), or export a static one with "
                              "`ansible-inventory -i THIS --list --yaml`")
             return self.inv
         for name, group in data.items():
