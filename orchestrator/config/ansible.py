@@ -32,12 +32,19 @@ Each rule below cites ansible-core 2.19.0 as `file:line` under `lib/ansible/`:
 - Connection settings (`_connection`) come from the host's variables as the ssh connection
   plugin reads them (plugins/connection/ssh.py; of two names the later one wins,
   config/manager.py:517-537); every variable, `ansible_*` ones included, stays a variable.
+  The ssh options in ansible_ssh_args, _common_args and _extra_args are read as ssh reads them
+  (`config.openssh`, OpenSSH 10.0p1 cited there).
 
 On purpose, unlike Ansible: a YAML group key other than hosts/children/vars, or a group that is
 not a mapping, is an error (Ansible warns and skips it); host-key checking cannot be turned off
-(`ansible_host_key_checking: false`, `StrictHostKeyChecking=no`); password logins, inventory
-plugins, TOML, vault and inventory directories are refused with a located error. Every error
-found is reported, not only the first; then the loader checks the result as it checks our format
+or made useless (`ansible_host_key_checking: false`, StrictHostKeyChecking no/off/false,
+UserKnownHostsFile /dev/null or none, NoHostAuthenticationForLocalhost yes, however written);
+become is sudo to root for the stages that ask for it, so `ansible_become` and a become method,
+user, program or flags other than that are refused (`_become`); password logins are refused.
+Inventory directories, vault, inventory plugins and scripts and TOML are read by running
+`ansible-inventory` when Ansible is installed (`config.ansible_cli`, which also says when), and
+refused with a located error otherwise. Every error found is reported, not only the first;
+then the loader checks the result as it checks our format
 (a variable name such as `my-var`, which templates cannot use, or a group and a host of one name,
 are errors; Ansible only warns). Our own settings that Ansible has no variable for (e.g.
 `hypervisor`, `wait_for_host`) are written as `orchestrator_<setting>` variables.
@@ -45,14 +52,18 @@ are errors; Ansible only warns). Our own settings that Ansible has no variable f
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
-import re
 import shlex
+from collections.abc import Iterator
 from typing import Any
 
+from orchestrator.config import ansible_cli, openssh
 from orchestrator.config.ansible_parse import (
     Host,
     IniReader,
+    Inner,
     Inventory,
     Val,
     YamlReader,
@@ -74,30 +85,96 @@ def read_inventory(
     """The inventory at `path` as our format's data (an Ansible one translated), and the problems
     found in the Ansible inventory (located; the data holds what could be read, None when no
     host could be). ConfigError when the file cannot be read at all."""
-    source = str(path)
+    with _no_cycle_collection():
+        return _read_inventory(str(path), environ)
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Reading builds a few objects per host and value, none in a reference cycle but a group's
+    parents and children; the cycle collector's full passes over that growing heap cost more
+    than the reading itself (2.3 s of 3.8 s for 100,000 INI hosts), so it waits until the end
+    (it was on: it is on again; whatever it would have found is found then)."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _read_inventory(source: str, environ: Any) -> tuple[YamlDoc | None, list[ConfigProblem]]:
+    how = ansible_cli.mode(environ)
+    tool = None if how == "never" else ansible_cli.find_tool()
+    reason = _only_ansible_reads(source)
+    if reason is not None:
+        if tool is not None:
+            return _with_ansible(tool, source, environ)
+        raise ConfigError([ConfigProblem(
+            None if os.path.isdir(source) else Location(source, 1, 1),
+            f"{source}: {reason}, which only Ansible reads", _INSTALL_ANSIBLE)])
+    try:
+        read = _builtin(source, environ)
+    except ConfigError as exc:
+        if tool is not None and any(p.message == "unsupported tag '!vault'"
+                                    for p in exc.problems):
+            return _with_ansible(tool, source, environ)
+        raise
+    if isinstance(read, YamlDoc):
+        return read, []
+    doc, problems = _translate(read, environ)
+    if tool is not None and (how == "always" or read.needs_ansible):
+        return _with_ansible(tool, source, environ)
+    return doc, problems
+
+
+_INSTALL_ANSIBLE = ("install ansible-core (pip install ansible-core): orchestrator then reads it "
+                    "with ansible-inventory; or give a static INI or YAML inventory file")
+
+
+def _only_ansible_reads(source: str) -> str | None:
+    """What the built-in reader cannot read at all: an inventory directory, TOML, a vault-
+    encrypted file, an inventory script (executable: plugins/inventory/script.py:185-186)."""
     if os.path.isdir(source):
-        raise ConfigError([ConfigProblem(
-            None, f"{source}: is a directory", "give the inventory file itself (Ansible "
-            "inventory directories are not read; group_vars/ beside the file are)")])
+        return "is a directory (an Ansible inventory directory)"
+    if _kind(source) == "toml":
+        return "a TOML inventory"
+    try:
+        with open(source, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return None  # read_text says why
+    if head.startswith(b"$ANSIBLE_VAULT"):
+        return "a vault-encrypted inventory"
+    if head.startswith(b"#!") and os.access(source, os.X_OK):
+        return "an inventory script"
+    return None
+
+
+def _with_ansible(tool: str, source: str, environ: Any) -> tuple[YamlDoc | None,
+                                                                 list[ConfigProblem]]:
+    """SOURCE read by ansible-inventory; group_vars/ and host_vars/ are in its answer."""
+    return _translate(ansible_cli.read_with_ansible(tool, source), environ, vars_files=False)
+
+
+def _builtin(source: str, environ: Any) -> Inventory | YamlDoc:
+    """The built-in reader: an Ansible inventory file, or (a YamlDoc) our own format."""
     kind = _kind(source)
-    if kind == "toml":
-        raise ConfigError([ConfigProblem(
-            Location(source, 1, 1), "TOML inventories are not supported",
-            "write it as an INI or YAML inventory")])
     if kind == "ini":
-        return _translate(IniReader(source, read_text(source)).read(), environ)
+        return IniReader(source, read_text(source)).read()
     try:
         doc = load_yaml(source, environ=environ)
     except ConfigError:
         if kind == "yaml":
             raise
-        return _translate(IniReader(source, read_text(source)).read(), environ)
+        return IniReader(source, read_text(source)).read()
     if kind is None and not isinstance(doc.data, dict):
-        return _translate(IniReader(source, read_text(source)).read(), environ)
+        return IniReader(source, read_text(source)).read()
     if not is_ansible_yaml(doc.data):
-        return doc, []
+        return doc
     doc = load_yaml(source, environ=environ, yaml11_booleans=True)
-    return _translate(YamlReader(doc).read(), environ)
+    return YamlReader(doc).read()
 
 
 def _kind(source: str) -> str | None:
@@ -124,12 +201,14 @@ def is_ansible_yaml(data: Any) -> bool:
 class _VarsFiles:
     """group_vars/ and host_vars/ beside the inventory file, each file read once."""
 
-    def __init__(self, inv: Inventory, environ: Any) -> None:
+    def __init__(self, inv: Inventory, environ: Any, *, enabled: bool = True) -> None:
         # plugins/vars/host_group_vars.py:86-90, utils/path.py:93-108
         self.base = os.path.realpath(os.path.dirname(os.path.abspath(inv.source)))
         self.inv = inv
         self.environ = environ
         self.cache: dict[tuple[str, str], dict[str, Val]] = {}
+        self.folders = {sub: enabled and os.path.isdir(os.path.join(self.base, sub))
+                        for sub in ("group_vars", "host_vars")}
 
     def of(self, subdir: str, name: str) -> dict[str, Val]:
         key = (subdir, name)
@@ -140,7 +219,7 @@ class _VarsFiles:
     def load(self, subdir: str, name: str) -> dict[str, Val]:
         """plugins/vars/host_group_vars.py:73-78, 104-141; parsing/dataloader.py:475-507."""
         folder = os.path.join(self.base, subdir)
-        if name.startswith(os.sep) or not os.path.isdir(folder):
+        if name.startswith(os.sep) or not self.folders[subdir]:
             return {}
         found: list[str] = []
         for ext in ("", ".yml", ".yaml", ".json"):
@@ -157,9 +236,12 @@ class _VarsFiles:
         try:
             text = read_text(path)
             if text.startswith("$ANSIBLE_VAULT"):
+                self.inv.needs_ansible.append("vault")
                 self.inv.problem(Location(path, 1, 1), "vault-encrypted vars files are not "
-                                 "supported", "decrypt it (ansible-vault decrypt), or give "
-                                 "secrets through the environment (!env NAME)")
+                                 "supported without Ansible", "install ansible-core "
+                                 "(orchestrator then reads the inventory with ansible-inventory),"
+                                 " decrypt it (ansible-vault decrypt), or give secrets through "
+                                 "the environment (!env NAME)")
                 return {}
             doc = load_yaml(path, environ=self.environ, yaml11_booleans=True)
         except ConfigError as exc:
@@ -172,7 +254,8 @@ class _VarsFiles:
                              f"{kind_of(doc.data)}", "write NAME: VALUE lines")
             return {}
         self.inv.secrets |= doc.secrets
-        return {str(k): val_at(doc, (k,)) for k in doc.data}
+        index = Inner(doc)
+        return {str(k): val_at(doc, (k,), index) for k in doc.data}
 
 
 def _dir_files(path: str) -> list[str]:
@@ -210,10 +293,13 @@ def _merged_vars(
     return out
 
 
-def _translate(inv: Inventory, environ: Any) -> tuple[YamlDoc | None, list[ConfigProblem]]:
+def _translate(
+    inv: Inventory, environ: Any, *, vars_files: bool = True
+) -> tuple[YamlDoc | None, list[ConfigProblem]]:
     """Our format's data for an Ansible inventory, every value located where it was written
-    (None without hosts), and the problems found on the way."""
-    files = _VarsFiles(inv, environ)
+    (None without hosts), and the problems found on the way (`vars_files`: read group_vars/
+    and host_vars/; ansible-inventory's answer has them already)."""
+    files = _VarsFiles(inv, environ, enabled=vars_files)
     doc = YamlDoc(source=inv.source, data=None)
     hosts: dict[str, Any] = {}
     depth = inv.depths()
@@ -280,12 +366,13 @@ _ANSIBLE_SETTINGS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("identity_file", ("ansible_private_key_file", "ansible_ssh_private_key_file"),
      "str"),  # connection/ssh.py:268-279
     ("connect_timeout", ("ansible_ssh_timeout",), "int"),  # connection/ssh.py:371-387
-    ("become_password", ("ansible_become_password", "ansible_become_pass"),
-     "str"),  # become/sudo.py:62-67
+    ("become_password", ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass"),
+     "str"),  # become/sudo.py:62-68
 )
 _PASSWORDS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")  # ssh.py:58-64
 _HOST_KEY_CHECKING = ("ansible_host_key_checking", "ansible_ssh_host_key_checking")  # ssh.py:39-56
-_SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")  # ssh.py:108-119, 192-196
+#: on ssh's command line in this order (connection/ssh.py:874-879, 930-934; vars :96-121, 192-196)
+_SSH_ARGS = ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args")
 _SSH_CONNECTIONS = frozenset({"ssh", "smart", "paramiko", "paramiko_ssh", "ansible.builtin.ssh",
                               "ansible.builtin.paramiko_ssh"})
 _LOCAL_CONNECTIONS = frozenset({"local", "ansible.builtin.local"})
@@ -294,8 +381,6 @@ _OUR_SETTINGS = ("address", "port", "user", "identity_file", "connection", "host
                  "wait_for_host", "lock_path", "become_password", "hypervisor")
 #: module_utils/parsing/convert_bool.py:12, read non-strictly (config/manager.py:133-134)
 _TRUE = frozenset({"y", "yes", "on", "1", "true", "t"})
-#: an ssh -o option: `Key=Value` or `Key Value` (ssh_config(5))
-_SSH_OPTION = re.compile(r"^\s*([A-Za-z]+)\s*(?:=\s*|\s+|$)(.*)$", re.S)
 
 
 def _connection(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, Val]:
@@ -323,14 +408,57 @@ def _connection(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, 
                     "checks host keys", "remove it; record the keys with ssh-keyscan, or "
                     "trust a new host's key on first use with ansible_ssh_common_args="
                     "'-o StrictHostKeyChecking=accept-new'")
-    for name in _SSH_ARGS:
-        if name in merged:
-            out.update(_ssh_options(inv, host, name, merged[name]))
+    out.update(_ssh_options(inv, host, merged))
+    _become(inv, host, merged)
     for setting in _OUR_SETTINGS:
         val = merged.get(_OURS + setting)
         if val is not None and not _templated(inv, host, _OURS + setting, val):
             out[setting] = val
     return out
+
+
+#: become variables, each with what orchestrator's become does (constants.py:178-183; the sudo
+#: plugin's names, the later winning, and defaults: plugins/become/sudo.py:14-56; the method's
+#: default: config/base.yml:609-611): a stage with `become: true` runs through a helper agent
+#: started with `sudo -n` (or `sudo -S` with the become password) as root, remote/agent.py
+_BECOME_AS_WE_DO: tuple[tuple[tuple[str, ...], str, Any], ...] = (
+    (("ansible_become_method",), "orchestrator escalates with sudo only",
+     lambda v: v in ("sudo", "ansible.builtin.sudo")),
+    (("ansible_become_user", "ansible_sudo_user"), "orchestrator's become is root only",
+     lambda v: v == "root"),
+    (("ansible_become_exe", "ansible_sudo_exe"), "orchestrator runs the host's `sudo`",
+     lambda v: isinstance(v, str) and os.path.basename(v) == "sudo"),
+    (("ansible_become_flags", "ansible_sudo_flags"), "orchestrator runs `sudo -n` (or `sudo -S` "
+     "with ansible_become_password) and passes no other flags",
+     lambda v: isinstance(v, str) and set(v.split()) <= {"-H", "-S", "-n"}),
+)
+
+
+def _become(inv: Inventory, host: str, merged: dict[str, Val]) -> None:
+    """Ansible's become variables that orchestrator cannot honour are refused, not kept as
+    mere variables: `ansible_become` (true runs every task as the become user, false turns
+    become off even for tasks that ask for it: a variable beats the task's keyword,
+    playbook/play_context.py:186-191, 247-258), and a method, user, program or flags other
+    than what our become does (sudo to root)."""
+    picked = _pick(merged, ("ansible_become",))
+    if picked is not None:
+        name, val = picked
+        if _truthy(val.value):  # a bool: playbook/play_context.py:100, playbook/base.py:470-471
+            inv.problem(val.loc, f"host '{host}': {name} is true: orchestrator does not run "
+                        "every stage as root", "remove it: a stage that needs root says "
+                        "`become: true` in the playbook and uses sudo on its own "
+                        "(passwordless, or with ansible_become_password); or log in as root "
+                        "(ansible_user=root)")
+        else:
+            inv.problem(val.loc, f"host '{host}': {name} is false: orchestrator cannot turn "
+                        "sudo off for a host (Ansible would, even for tasks with become)",
+                        "remove it; the playbook's stages with `become: true` use sudo")
+    for names, why, ours in _BECOME_AS_WE_DO:
+        picked = _pick(merged, names)
+        if picked is not None and not ours(picked[1].value):
+            inv.problem(picked[1].loc, f"host '{host}': {picked[0]}={picked[1].value!r}: {why}",
+                        f"remove {picked[0]}, or log in as the user the stages should run as "
+                        "(ansible_user)")
 
 
 def _templated(inv: Inventory, host: str, name: str, val: Val) -> bool:
@@ -387,7 +515,9 @@ def _convert(inv: Inventory, host: str, name: str, val: Val, kind: str) -> Val |
     if isinstance(value, (bool, int, float)):
         return Val(str(value), val.loc, val.key_loc)
     if not isinstance(value, str):
-        inv.problem(val.loc, f"host '{host}': {name} must be text, got {kind_of(value)}")
+        inv.problem(val.loc, f"host '{host}': {name} must be text, got {kind_of(value)}",
+                    "write it as one string, e.g. '-o UserKnownHostsFile=~/.ssh/known_hosts_lab'"
+                    if name in _SSH_ARGS else "write it as one string")
         return None
     return val
 
@@ -403,43 +533,94 @@ def _connection_kind(inv: Inventory, host: str, val: Val) -> Val | None:
     return None
 
 
-def _ssh_options(inv: Inventory, host: str, name: str, val: Val) -> dict[str, Val]:
-    """`-o UserKnownHostsFile=...` and `-o StrictHostKeyChecking=...` in ssh arguments; other
-    options are left to ssh_config. A proxy is refused: it would be silently skipped."""
-    if not isinstance(val.value, str):
-        return {}
-    try:
-        args = shlex.split(val.value)
-    except ValueError as exc:
-        inv.problem(val.loc, f"host '{host}': {name}: {exc}")
-        return {}
-    options: list[str] = []
-    for i, arg in enumerate(args):
-        if arg == "-o" and i + 1 < len(args):
-            options.append(args[i + 1])
-        elif arg.startswith("-o") and len(arg) > 2:
-            options.append(arg[2:])
-        elif arg == "-J":
-            options.append(f"ProxyJump={args[i + 1] if i + 1 < len(args) else ''}")
+def _ssh_options(inv: Inventory, host: str, merged: dict[str, Val]) -> dict[str, Val]:
+    """Our settings from the ssh options in the ssh argument variables, read as ssh reads them
+    (`config.openssh`): the first value of an option wins, as in ssh; a value that weakens
+    host-key checking is refused wherever it is written, as is a proxy (it would be skipped:
+    put it in ssh_config) and any line ssh itself would refuse."""
     out: dict[str, Val] = {}
-    for option in options:
-        m = _SSH_OPTION.match(option)
-        key, value = (m.group(1).lower(), m.group(2)) if m else ("", "")
-        if key == "userknownhostsfile" and value.split():
-            out["known_hosts"] = Val(value.split()[0], val.loc, val.key_loc)
-        elif key == "stricthostkeychecking":
-            policy = {"yes": "strict", "ask": "strict", "accept-new": "accept-new"}.get(
-                value.strip().lower())
-            if policy is None:
-                inv.problem(val.loc, f"host '{host}': {name}: StrictHostKeyChecking={value}: "
-                            "orchestrator always checks host keys",
-                            "use StrictHostKeyChecking=accept-new to trust a new host's key "
-                            "on first use")
-            else:
-                out["host_key_policy"] = Val(policy, val.loc, val.key_loc)
-        elif key in ("proxyjump", "proxycommand"):
-            inv.problem(val.loc, f"host '{host}': {name}: a proxy ({option.strip()}) is not "
-                        "supported here", "put the proxy in ssh_config (~/.ssh/config, or the "
-                        "file named by orchestrator_ssh_config): orchestrator follows its "
-                        "ProxyJump and ProxyCommand")
+    for name in _SSH_ARGS:
+        val = merged.get(name)
+        if val is None or val.value is None:
+            continue
+        val = _convert(inv, host, name, val, "str")
+        if val is None:
+            continue
+        try:  # plugins/connection/__init__.py:122-129
+            args = [a.strip() for a in shlex.split(val.value) if a.strip()]
+        except ValueError as exc:
+            inv.problem(val.loc, f"host '{host}': {name}: {exc}", "close the quote")
+            continue
+        for line in openssh.argv_options(args):
+            try:
+                parsed = openssh.config_line(line)
+            except ValueError as exc:
+                inv.problem(val.loc, f"host '{host}': {name}: -o {line!r}: {exc} (ssh refuses "
+                            "it and exits)", "write it as -o Key=Value")
+                continue
+            if parsed is not None:
+                said = _ssh_option(inv, f"host '{host}': {name}: {line.strip()}", val.loc,
+                                   *parsed)
+                for setting, value in said.items():
+                    out.setdefault(setting, Val(value, val.loc, val.key_loc))
+    no_system_file = out.pop(_NO_SYSTEM_FILE, None)
+    if no_system_file is not None and "known_hosts" not in out:
+        # GlobalKnownHostsFile none alone: ssh reads ~/.ssh/known_hosts (readconf.c:2893-2897);
+        # our transport reads the system file only when no known_hosts is given
+        out["known_hosts"] = Val(_USER_FILE, no_system_file.loc, no_system_file.key_loc)
     return out
+
+
+_NO_SYSTEM_FILE = " no system file"
+_USER_FILE = "~/.ssh/known_hosts"  # pathnames.h:81
+_SYSTEM_FILES = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")  # pathnames.h:29-31
+_ACCEPT_NEW = "use -o StrictHostKeyChecking=accept-new to trust a new host's key on first use"
+
+
+def _no_file(path: str) -> bool:
+    """`none` (ssh.c:1544-1552) or a device such as /dev/null: no key can be kept there."""
+    return path.lower() == "none" or os.path.normpath(
+        os.path.expanduser(path)).startswith("/dev/")
+
+
+def _ssh_option(
+    inv: Inventory, what: str, loc: Location, key: str, args: list[str]
+) -> dict[str, Any]:
+    """One ssh option (lower-case keyword, arguments) -> our settings it gives, its problems."""
+    value = args[0] if args else ""
+    if key == "stricthostkeychecking":
+        state = openssh.STRICT_HOST_KEY_CHECKING.get(value.lower())  # readconf.c:1104-1117
+        if state is None:
+            inv.problem(loc, f"{what}: ssh refuses {value!r} (yes, ask, accept-new, no)",
+                        _ACCEPT_NEW)
+        elif state == "off":
+            inv.problem(loc, f"{what} turns host-key checking off: orchestrator always checks "
+                        "host keys", f"remove it; record the keys with ssh-keyscan, or "
+                        f"{_ACCEPT_NEW}")
+        else:
+            return {"host_key_policy": "accept-new" if state == "accept-new" else "strict"}
+    elif key == "userknownhostsfile":
+        if any(_no_file(a) for a in args):
+            inv.problem(loc, f"{what}: no host key would be kept or checked (with accept-new "
+                        "every key is trusted, each time)", "name a real file, e.g. "
+                        "-o UserKnownHostsFile=~/.ssh/known_hosts_lab, or remove it")
+        elif args:
+            return {"known_hosts": args[0]}
+    elif key == "globalknownhostsfile":
+        if all(_no_file(a) for a in args):
+            return {_NO_SYSTEM_FILE: True}
+        if not set(args) <= set(_SYSTEM_FILES):
+            inv.problem(loc, f"{what}: orchestrator reads host keys from "
+                        f"{_SYSTEM_FILES[0]} and one UserKnownHostsFile only",
+                        "name the file with -o UserKnownHostsFile=PATH instead")
+    elif key == "nohostauthenticationforlocalhost" and openssh.FLAG.get(value.lower()):
+        inv.problem(loc, f"{what} turns host-key checking off for localhost: orchestrator "
+                    "always checks host keys", "remove it")
+    elif key == "knownhostscommand":
+        inv.problem(loc, f"{what}: orchestrator reads host keys from known_hosts files only",
+                    "write the keys into a file and name it with -o UserKnownHostsFile=PATH")
+    elif key in ("proxyjump", "proxycommand") and value.lower() != "none":
+        inv.problem(loc, f"{what}: a proxy is not supported here", "put the proxy in "
+                    "ssh_config (~/.ssh/config, or the file named by orchestrator_ssh_config): "
+                    "orchestrator follows its ProxyJump and ProxyCommand")
+    return {}

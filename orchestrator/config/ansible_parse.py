@@ -51,7 +51,9 @@ class Group:
     vars: dict[str, Val] = field(default_factory=dict)
     children: list[Group] = field(default_factory=list)
     parents: list[Group] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
+    #: the group's own hosts in the order added (a dict as an ordered set: a name is looked up,
+    #: added and removed in constant time, so reading n hosts stays linear in n)
+    hosts: dict[str, None] = field(default_factory=dict)
     priority: int = 1
 
 
@@ -74,6 +76,10 @@ class Inventory:
         self.hosts: dict[str, Host] = {}
         self.problems: list[ConfigProblem] = []
         self.secrets: set[str] = set()
+        #: what only Ansible reads, found on the way (vault, an inventory plugin's configuration)
+        self.needs_ansible: list[str] = []
+        where = os.path.abspath(source)  # inventory/data.py:197-199
+        self.file, self.dir = Data(where), Data(os.path.dirname(where))
         top = Location(source, 1, 1)
         for name in ("all", "ungrouped"):  # inventory/data.py:58-61
             self.add_group(name, top)
@@ -97,14 +103,13 @@ class Inventory:
                              "check the host ranges ([01:16]) written here")
                 return None
             host = self.hosts[name] = Host(name, loc)
-            where = os.path.abspath(self.source)  # inventory/data.py:197-199
-            host.vars["inventory_file"] = Val(Data(where), loc, loc)
-            host.vars["inventory_dir"] = Val(Data(os.path.dirname(where)), loc, loc)
+            host.vars["inventory_file"] = Val(self.file, loc, loc)  # inventory/data.py:197-199
+            host.vars["inventory_dir"] = Val(self.dir, loc, loc)
             if port is not None:
                 host.vars["ansible_port"] = Val(port, loc, loc)
         owner = self.groups[group]
         if name not in owner.hosts:
-            owner.hosts.append(name)
+            owner.hosts[name] = None
             host.groups.append(group)
         return host
 
@@ -115,7 +120,7 @@ class Inventory:
             self.problem(loc, f"group '{child}' is listed as its own child",
                          f"remove '{child}' from the children of '{parent}'")
             return
-        if c in p.children:
+        if p in c.parents:  # (a group's parents are few; `all` may have many children)
             return
         if c in self.ancestors(p):  # inventory/group.py:155-159
             self.problem(loc, f"adding group '{child}' as a child of '{parent}' makes a loop "
@@ -138,14 +143,14 @@ class Inventory:
         owner.vars[key] = val
 
     def ancestors(self, group: Group) -> list[Group]:
-        seen: list[Group] = []
+        seen: dict[str, Group] = {}
         todo = list(group.parents)
         while todo:
             g = todo.pop()
-            if g not in seen:
-                seen.append(g)
+            if g.name not in seen:
+                seen[g.name] = g
                 todo.extend(g.parents)
-        return seen
+        return list(seen.values())
 
     def reconcile(self) -> None:
         """inventory/data.py:94-124: orphan groups go under `all`; `ungrouped` holds exactly the
@@ -158,20 +163,19 @@ class Inventory:
             names = {g.name for g in self.groups_of(host)}
             if "ungrouped" in names:
                 if names - {"all", "ungrouped"}:
-                    ungrouped.hosts.remove(host.name)
+                    del ungrouped.hosts[host.name]
                     host.groups.remove("ungrouped")
             elif not names - {"all"}:
-                ungrouped.hosts.append(host.name)
+                ungrouped.hosts[host.name] = None
                 host.groups.append("ungrouped")
 
     def groups_of(self, host: Host) -> list[Group]:
         """The host's groups and their ancestors (inventory/host.py:90-101)."""
-        out: list[Group] = []
+        out: dict[str, Group] = {}
         for name in host.groups:
             for g in [self.groups[name], *self.ancestors(self.groups[name])]:
-                if g not in out:
-                    out.append(g)
-        return out
+                out.setdefault(g.name, g)
+        return list(out.values())
 
     def depths(self) -> dict[str, int]:
         """A group's depth: the longest path from `all` (inventory/group.py:166-199)."""
@@ -188,10 +192,14 @@ class Inventory:
 
     def members(self, group: Group) -> list[str]:
         """Hosts of a group and of its descendants (inventory/group.py:249-261)."""
-        order = [group]
-        for g in order:
-            order.extend(c for c in g.children if c not in order)
-        return list(dict.fromkeys(h for g in order for h in g.hosts))
+        order = {group.name: group}
+        todo = [group]
+        for g in todo:  # breadth first, as written
+            for c in g.children:
+                if c.name not in order:
+                    order[c.name] = c
+                    todo.append(c)
+        return list(dict.fromkeys(h for g in todo for h in g.hosts))
 
 
 # -- INI ------------------------------------------------------------------------------------------
@@ -367,9 +375,19 @@ PATTERN_HINT = ("a host is NAME, NAME:PORT or a range such as gpu[01:16] or gpu-
                  "(begin:end or begin:end:step)")
 
 
+#: what shlex treats specially in posix mode with whitespace_split (CPython 3.11 Lib/shlex.py:
+#: commenters :36, quotes :44, escape :45, whitespace :42); a line without them, or other
+#: whitespace (which the columns below skip), is split at those four whitespace characters alone,
+#: which is what shlex does with it, only faster
+_SHLEX_SPECIAL = re.compile(r"[#'\"\\]|[^\S \t\r\n]")
+_SHLEX_WORD = re.compile(r"[^ \t\r\n]+")
+
+
 def _tokens(line: str) -> list[tuple[str, int]]:
     """shlex.split(line, comments=True) (utils/shlex.py:24, plugins/inventory/ini.py:316), with
     the column (0-based) at which each token starts."""
+    if not _SHLEX_SPECIAL.search(line):
+        return [(m.group(), m.start()) for m in _SHLEX_WORD.finditer(line)]
     stream = io.StringIO(line)
     lex = shlex.shlex(stream, posix=True)
     lex.whitespace_split = True
@@ -383,8 +401,20 @@ def _tokens(line: str) -> list[tuple[str, int]]:
         out.append((token, before + len(rest) - len(rest.lstrip())))
 
 
+#: text that ast.literal_eval refuses for sure, kept as text without trying: a name or dotted
+#: name (ast.Name, ast.Attribute: "malformed node") other than True/False/None, and dotted
+#: numbers such as an IPv4 address (a SyntaxError); a decimal whole number is that number
+_NOT_LITERAL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*|[0-9]+(?:\.[0-9]+){2,}",
+                          re.ASCII)
+_DECIMAL = re.compile(r"0|[1-9][0-9]*", re.ASCII)
+
+
 def _ini_value(text: str) -> Any:
     """plugins/inventory/ini.py:370-389 and 350-368: a Python literal when it is one, else text."""
+    if _NOT_LITERAL.fullmatch(text) and text not in ("True", "False", "None"):
+        return text
+    if _DECIMAL.fullmatch(text):
+        return int(text)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
@@ -505,16 +535,19 @@ class YamlReader:
 
     def __init__(self, doc: YamlDoc) -> None:
         self.doc = doc
+        self.index = Inner(doc)
         self.inv = Inventory(doc.source)
         self.inv.secrets |= doc.secrets
 
     def read(self) -> Inventory:
         data = self.doc.data
         if "plugin" in data:
+            self.inv.needs_ansible.append("an inventory plugin")
             self.inv.problem(self.doc.key_loc(("plugin",)),
                              f"this is the configuration of the inventory plugin "
                              f"{data['plugin']!r}, not an inventory",
-                             "orchestrator reads static inventories; export one with "
+                             "install ansible-core (orchestrator then runs ansible-inventory "
+                             "on it), or export a static one with "
                              "`ansible-inventory -i THIS --list --yaml`")
             return self.inv
         for name, group in data.items():
@@ -551,7 +584,7 @@ class YamlReader:
 
     def entry(self, group: Group, key: str, item: str, data: Any, path: Path_) -> None:
         if key == "vars":
-            self.inv.set_var(group, item, val_at(self.doc, path))
+            self.inv.set_var(group, item, val_at(self.doc, path, self.index))
         elif key == "children":
             child = self.group(item, data, path)
             if child is not None:
@@ -577,12 +610,34 @@ class YamlReader:
             if host is None:
                 return
             for key in data:
-                self.inv.set_var(host, str(key), val_at(self.doc, (*path, key)))
+                self.inv.set_var(host, str(key), val_at(self.doc, (*path, key), self.index))
 
 
-def val_at(doc: YamlDoc, path: Path_) -> Val:
-    n = len(path)
-    inner = {p[n:]: loc for p, loc in doc.locations.items() if len(p) > n and p[:n] == path}
+class Inner:
+    """The locations of a document's values by the path of the value holding them, built once,
+    so that finding the locations inside one value costs the size of that value (not of the
+    whole document: reading n hosts with their variables stays linear in n)."""
+
+    def __init__(self, doc: YamlDoc) -> None:
+        self.doc = doc
+        self.children: dict[Path_, list[Path_]] = {}
+        for path in doc.locations:
+            if path:
+                self.children.setdefault(path[:-1], []).append(path)
+
+    def under(self, path: Path_) -> dict[Path_, Location]:
+        n, out, todo = len(path), {}, list(self.children.get(path, ()))
+        while todo:
+            p = todo.pop()
+            out[p[n:]] = self.doc.locations[p]
+            todo.extend(self.children.get(p, ()))
+        return out
+
+
+def val_at(doc: YamlDoc, path: Path_, index: Inner | None = None) -> Val:
+    """The value at `path` with its locations (give `index` when reading many values of one
+    document)."""
+    inner = (index or Inner(doc)).under(path)
     return Val(doc.value_at(path), doc.loc(path), doc.key_loc(path), inner)
 
 

@@ -162,8 +162,8 @@ INI_PROBLEMS = [
     ("[gpu]\nh1\n[gpu:vars]\nansible_host_key_checking=False\n", 4, 27,
      "ansible_host_key_checking is false"),
     ("[gpu]\nh1 ansible_ssh_extra_args='-o StrictHostKeyChecking=no'\n", 2, 27,
-     "StrictHostKeyChecking=no: orchestrator always checks host keys"),
-    ("[gpu]\nh1 ansible_ssh_common_args='-J jump'\n", 2, 28, "a proxy (ProxyJump=jump)"),
+     "StrictHostKeyChecking=no turns host-key checking off"),
+    ("[gpu]\nh1 ansible_ssh_common_args='-J jump'\n", 2, 28, "ProxyJump=jump: a proxy is not"),
     ("[gpu]\nh1 ansible_host='{{ ip }}'\n", 2, 17, "ansible_host is a template"),
     ("[gpu]\nh1 ansible_connection=winrm\n", 2, 23, "ansible_connection 'winrm' is not"),
     ("[gpu]\nh1\n[gpu:vars]\nansible_group_priority=high\n", 4, 24,
@@ -225,10 +225,19 @@ def test_vars_file_problems_are_located_in_those_files(tmp_path: Path) -> None:
     assert "YAML syntax error" in where[("host_vars/d1.yaml", 2)]
 
 
-def test_unsupported_sources(tmp_path: Path) -> None:
+def test_what_only_ansible_reads_is_refused_without_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ORCHESTRATOR_ANSIBLE_INVENTORY", "never")
     (tmp_path / "inv.toml").write_text("[all]\n")
-    assert "TOML inventories are not supported" in problems_of(tmp_path / "inv.toml")[0].message
-    assert "is a directory" in problems_of(tmp_path)[0].message
+    (tmp_path / "vaulted").write_text("$ANSIBLE_VAULT;1.1;AES256\n6162\n")
+    script = tmp_path / "inventory.py"
+    script.write_text("#!/usr/bin/env python3\nprint('{}')\n")
+    script.chmod(0o755)
+    for path, what in [(tmp_path / "inv.toml", "a TOML inventory"),
+                       (tmp_path / "vaulted", "a vault-encrypted inventory"),
+                       (script, "an inventory script"), (tmp_path, "is a directory")]:
+        (problem,) = problems_of(path)
+        assert what in problem.message and "only Ansible reads" in problem.message, problem
+        assert "install ansible-core" in problem.hint
 
 
 # -- helpers -------------------------------------------------------------------------------------
