@@ -42,6 +42,7 @@ bench: venv  ## benchmarks, reported as ratios measured in one run
 	$(BIN)/python scripts/bench_transport.py
 	$(BIN)/python scripts/bench_sim.py
 	$(BIN)/python scripts/bench_deploy.py
+	$(BIN)/python scripts/bench_inventory.py
 	$(BIN)/python scripts/bench_converged.py
 
 .PHONY: bench-demo
