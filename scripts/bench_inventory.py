@@ -28,6 +28,7 @@ GOAL_HOSTS, GOAL_S = 100_000, 5.0
 
 
 def ini_inventory(n: int, groups: int = 20) -> str:
+    """n hosts over `groups` groups, vars on a few groups and on all, children groups above."""
     lines: list[str] = []
     for g in range(groups):
         lines.append(f"[g{g}]")

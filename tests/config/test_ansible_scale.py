@@ -23,22 +23,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.ansible import read_inventory
+from tests.e2e.scripts import load_script
+
+BENCH = load_script("bench_inventory")
 
 
 def ini_spread(n: int) -> str:
-    """n hosts over 20 groups, vars on a few groups and on all, children groups above them."""
-    lines, groups = [], 20
-    for g in range(groups):
-        lines.append(f"[g{g}]")
-        lines += [f"h{g}-{i}.lab ansible_host=10.{g}.{i // 256}.{i % 256} rack=r{i % 8} slot={i}"
-                  for i in range(n // groups)]
-        if g % 5 == 0:
-            lines += [f"[g{g}:vars]", f"sglang_port={30000 + g}"]
-    for p in range(groups // 5):
-        lines.append(f"[p{p}:children]")
-        lines += [f"g{g}" for g in range(p * 5, p * 5 + 5)]
-    lines += ["[all:vars]", "ansible_user=root"]
-    return "\n".join(lines) + "\n"
+    """n hosts over 20 groups, vars on a few groups and on all, children groups above them
+    (the inventory `make bench` reads at 10k and 100k hosts)."""
+    return BENCH.ini_inventory(n)
 
 
 def ini_one_group(n: int) -> str:
