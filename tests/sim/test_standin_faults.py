@@ -5,6 +5,7 @@ A healthy control shows that without the fault the same probes pass. Servers run
 stand-in venv on 127.0.0.1 (time scaled by 1/1000 unless a test needs real-time margins), each
 with its own simulated GPU state so that a test may run two side by side.
 """
+# ruff: noqa: F811 - the launcher fixture, imported from tests.sim.test_sglang_standin
 from __future__ import annotations
 
 import json
@@ -13,25 +14,20 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.sim.conftest_index import Venv
-from tests.sim.test_sglang_standin import DRAFTER_CONFIG, K26_CONFIG, Launcher, Server, _model
+from tests.sim.test_sglang_standin import (  # noqa: F401 - launcher: the fixture, shared
+    DRAFTER_CONFIG,
+    K26_CONFIG,
+    Launcher,
+    Server,
+    _model,
+    launcher,
+)
 
 STALL_S = 20.0  # sglang/srt/sim_faults.py FIRST_TOKEN_STALL_S, nominal seconds
 PROMPT = "What is the capital of France?"
-
-
-@pytest.fixture
-def launcher(standin_venv: Venv, simhw_double: Path, tmp_path: Path) -> Iterator[Launcher]:
-    launch = Launcher(standin_venv, simhw_double, tmp_path)
-    try:
-        yield launch
-    finally:
-        launch.close()
 
 
 @pytest.fixture(scope="module")
