@@ -114,8 +114,10 @@ def _options(args: argparse.Namespace) -> BenchOptions:
 def _print_run(host: str, concurrency: int, run: BenchRun) -> None:
     if run.ok:
         accept = run.figure("accept_length")
+        tpot = run.figure("median_tpot_ms")
         print(f"  {host} c={concurrency:<4} {run.figure('output_throughput') or 0:>9.1f} tok/s  "
-              f"TTFT p50 {run.figure('median_ttft_ms') or 0:.0f} ms  ITL p50 "
+              + (f"{1000 / tpot:5.1f} tok/s per user  " if tpot else "")
+              + f"TTFT p50 {run.figure('median_ttft_ms') or 0:.0f} ms  ITL p50 "
               f"{run.figure('median_itl_ms') or 0:.1f} ms"
               + (f"  accept {accept:.2f}" if accept is not None else ""), flush=True)
     else:
@@ -124,9 +126,18 @@ def _print_run(host: str, concurrency: int, run: BenchRun) -> None:
               flush=True)
 
 
+def _quiet_logs() -> None:
+    """Warnings and errors only, on stderr: the figures are the output (no info lines)."""
+    from orchestrator.logs import configure
+
+    configure()
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from orchestrator.bench.bench import run_bench
     from orchestrator.config import parse_cli_vars
+
+    _quiet_logs()
 
     if not args.json:
         print(f"bench: {args.playbook}, concurrency {','.join(map(str, args.concurrency))}",
@@ -172,6 +183,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     need_matplotlib("tune")
+    _quiet_logs()
     from orchestrator.bench.tune import Target, run_tune
     from orchestrator.config import parse_cli_vars
 
