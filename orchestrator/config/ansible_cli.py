@@ -77,8 +77,32 @@ def _run(argv: list[str], source: str, what: str, stdin: str | None = None) -> s
     return done.stdout
 
 
+def check_owned(source: str) -> None:
+    """Ansible runs inventory scripts and plugins it finds in SOURCE: refuse one that another
+    user could have written (the file, or the directory and everything under it, owned by
+    someone other than us or root, or writable by group or others), as the agent's code cache
+    is refused (ARCHITECTURE.md, remote/)."""
+    paths = [source]
+    if os.path.isdir(source):
+        for top, dirs, files in os.walk(source):
+            paths += [os.path.join(top, n) for n in dirs + files]
+    for path in paths:
+        st = os.stat(path)
+        foreign = st.st_uid not in (os.geteuid(), 0)
+        if foreign or st.st_mode & 0o022:
+            how = f"owned by uid {st.st_uid}" if foreign else "writable by group or others"
+            raise ConfigError([ConfigProblem(
+                Location(source, 1, 1),
+                f"{path} is {how}, and Ansible may run what it finds there (inventory "
+                "scripts, plugins)",
+                f"chmod go-w {path} (and keep it yours), or give a static INI or YAML "
+                "inventory file")])
+
+
 def read_with_ansible(tool: str, source: str) -> Inventory:
-    """SOURCE (a file or an inventory directory) as `ansible-inventory --list` reads it."""
+    """SOURCE (a file or an inventory directory) as `ansible-inventory --list` reads it,
+    once check_owned says nobody else could have written it."""
+    check_owned(source)
     out = _run([tool, "-i", source, "--list"], source, f"{os.path.basename(tool)} -i {source}")
     try:
         data = json.loads(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import load_inventory
-from orchestrator.config.ansible_cli import find_tool, from_list
+from orchestrator.config.ansible_cli import check_owned, find_tool, from_list, read_with_ansible
 from orchestrator.config.ansible_parse import IniReader
 from orchestrator.errors import ConfigError
 
@@ -145,3 +145,19 @@ def test_find_tool_prefers_this_virtual_environment(tmp_path: Path, monkeypatch)
     fake.chmod(0o755)
     here = Path(os.path.dirname(os.sys.executable)) / "ansible-inventory"
     assert find_tool() == (str(here) if here.exists() else shutil.which("ansible-inventory"))
+
+
+def test_what_another_user_could_write_is_not_handed_to_ansible(tmp_path: Path) -> None:
+    """Ansible runs inventory scripts and plugins: a group- or world-writable file in the
+    source refuses the read before ansible-inventory starts."""
+    folder = tmp_path / "inventory.d"
+    write_case(folder)
+    check_owned(str(folder))  # ours, 0644/0755: fine
+    loose = folder / "group_vars" / "gpu.yml"
+    loose.chmod(0o666)
+    with pytest.raises(ConfigError) as err:
+        check_owned(str(folder))
+    text = err.value.render()
+    assert f"{loose} is writable by group or others" in text and "chmod go-w" in text
+    with pytest.raises(ConfigError):
+        read_with_ansible("/nonexistent/ansible-inventory", str(folder))  # refused first
